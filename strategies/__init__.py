@@ -1,0 +1,23 @@
+"""Hypothesis strategies that draw mambafuzz Cases (they know cases, not kernels)."""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from .batch import batch_copy_cases, copy_rows, layout_rows
+from .pools import align_requests, block_tables, pool_shapes, postprocess_cases, state_copy_cases
+from .profiles import CPU, GPU, PROFILES, Profile
+
+__all__ = ["CPU", "GPU", "PROFILES", "Profile", "align_requests", "batch_copy_cases", "block_tables",
+           "copy_rows", "for_contract", "layout_rows", "pool_shapes", "postprocess_cases", "state_copy_cases"]
+
+
+def for_contract(contract: str, *, profile: Profile = CPU, overlap: str = "full",
+                 ill_posed: bool = False) -> st.SearchStrategy:
+    """The case strategy for a target's contract; `overlap='left'` keeps right overlaps out."""
+    if contract == "batch_memcpy":
+        return batch_copy_cases(profile, overlap=overlap, ill_posed=ill_posed)
+    if contract == "state_copy":
+        return state_copy_cases(profile)
+    if contract == "postprocess":
+        return postprocess_cases(profile)
+    raise ValueError(f"unknown contract {contract!r}")

@@ -1,0 +1,176 @@
+"""Crash files: one small, human-readable JSON per shrunk finding.
+
+Layout: ``<root>/<contract>/<target>/<case hash>.json``.  Files are written to a
+temporary name in the same folder, fsynced and renamed into place, so a killed
+writer never leaves a partial file; a finding already on disk is not rewritten.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .cases import Case, case_from_json
+from .engine import Verdict
+from .errors import CaseError, CrashFileError, UsageError
+
+CRASH_SCHEMA = 1
+_REQUIRED = ("schema", "target", "contract", "device", "mode", "case", "verdict")
+
+
+@dataclass
+class Finding:
+    """A failing case for a target, after shrinking, with how it was found."""
+
+    target: str
+    contract: str
+    device: str
+    mode: str
+    case: Case
+    verdict: Verdict
+    examples_to_first: int = 0
+    seconds_to_first: float = 0.0
+    shrink_examples: int = 0
+    path: Path | None = None
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in ("numpy", "torch", "triton", "hypothesis"):
+        try:
+            env[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001 - a missing package is simply not reported
+            env[name] = None
+    try:
+        import torch
+        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001
+        env["gpu"] = None
+    return env
+
+
+def safe_name(target: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", target)
+
+
+def crash_path(root: Path, finding: Finding) -> Path:
+    return Path(root) / finding.contract / safe_name(finding.target) / f"{finding.case.content_hash()}.json"
+
+
+def replay_command(path: Path, finding: Finding) -> str:
+    cmd = f"mambafuzz replay {path} --device {finding.device}"
+    return cmd + (" --mode race" if finding.mode == "race" else "")
+
+
+def to_record(finding: Finding, path: Path) -> dict[str, Any]:
+    return {
+        "schema": CRASH_SCHEMA,
+        "target": finding.target,
+        "contract": finding.contract,
+        "device": finding.device,
+        "mode": finding.mode,
+        "case_hash": finding.case.content_hash(),
+        "case_summary": finding.case.describe(),
+        "case": finding.case.to_json(),
+        "reps": finding.verdict.reps,
+        "failures": finding.verdict.failures,
+        "verdict": finding.verdict.to_json(),
+        "found": {"examples_to_first": finding.examples_to_first,
+                  "seconds_to_first": round(finding.seconds_to_first, 3),
+                  "shrink_examples": finding.shrink_examples},
+        "environment": environment(),
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "replay": replay_command(path, finding),
+    }
+
+
+def atomic_write_json(path: Path, body: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(body, fh, indent=2, sort_keys=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def save(finding: Finding, root: Path) -> tuple[Path, bool]:
+    """Write the finding; returns (path, written) where written is False for a known crash."""
+    path = crash_path(Path(root), finding)
+    finding.path = path
+    if path.exists():
+        return path, False
+    try:
+        atomic_write_json(path, to_record(finding, path))
+    except OSError as exc:
+        raise UsageError(f"cannot write crash file under {root}: {exc.strerror or exc}") from None
+    return path, True
+
+
+@dataclass
+class CrashRecord:
+    path: Path
+    body: dict[str, Any]
+    case: Case
+
+    @property
+    def target(self) -> str:
+        return self.body["target"]
+
+
+def load(path: Path) -> CrashRecord:
+    """Read and validate one crash file; CrashFileError names the file and the problem."""
+    path = Path(path)
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CrashFileError(f"{path}: no such crash file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CrashFileError(f"{path}: cannot read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise CrashFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(body, dict):
+        raise CrashFileError(f"{path}: a crash file holds a JSON object")
+    schema = body.get("schema")
+    if not isinstance(schema, int):
+        raise CrashFileError(f"{path}: no integer 'schema' field; not a mambafuzz crash file")
+    if schema > CRASH_SCHEMA:
+        raise CrashFileError(f"{path}: written with crash schema {schema}; this mambafuzz reads up to "
+                             f"{CRASH_SCHEMA} (upgrade mambafuzz)")
+    missing = [k for k in _REQUIRED if k not in body]
+    if missing:
+        raise CrashFileError(f"{path}: malformed crash file, missing {', '.join(missing)}")
+    try:
+        case = case_from_json(body["case"])
+    except CaseError as exc:
+        raise CrashFileError(f"{path}: {exc}") from None
+    if case.contract != body["contract"]:
+        raise CrashFileError(f"{path}: contract {body['contract']!r} does not match its case ({case.contract!r})")
+    return CrashRecord(path, body, case)
+
+
+def crash_files(paths: list[Path]) -> list[Path]:
+    """Expand files and folders into the crash files they hold (sorted)."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found.extend(sorted(q for q in p.rglob("*.json") if not q.name.startswith(".")))
+        elif p.exists():
+            found.append(p)
+        else:
+            raise CrashFileError(f"{p}: no such file or folder")
+    return found

@@ -1,0 +1,124 @@
+"""Run one target on one case, N repetitions, and give one Verdict.
+
+Compare mode checks every repetition's bytes against the oracle.  Race mode
+(the CPU default) additionally runs the first repetition under the race
+recorder: a hazard is a failure even when the bytes came out right, which they
+always do in Triton's interpreter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cases import Case
+from .materialize import Materialized, Mismatch, materialize
+from .stats import rate_upper_bound
+
+MODES = ("compare", "race")
+
+
+@dataclass
+class Verdict:
+    """k failing repetitions out of N, with the evidence of the first one."""
+
+    reps: int
+    failures: int
+    mode: str
+    mismatch: Mismatch | None = None
+    hazards: list[Any] = field(default_factory=list)
+    fault: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures or self.hazards or self.fault)
+
+    @property
+    def kind(self) -> str | None:
+        if self.fault:
+            return "fault"
+        if self.hazards:
+            return "race"
+        if self.failures:
+            return "mismatch"
+        return None
+
+    @property
+    def rate_upper95(self) -> float:
+        return rate_upper_bound(self.failures, self.reps) if self.reps else 1.0
+
+    def summary(self) -> str:
+        if self.fault:
+            return f"fault: {self.fault}"
+        parts = []
+        if self.hazards:
+            h = self.hazards[0]
+            more = f" (+{len(self.hazards) - 1} more)" if len(self.hazards) > 1 else ""
+            parts.append(f"{h.kind} hazard{more}: {h.explanation}")
+        if self.failures:
+            parts.append(f"{self.failures}/{self.reps} repetitions differ from the oracle: {self.mismatch.summary()}")
+        if not parts:
+            return f"0/{self.reps} failed (rate < {self.rate_upper95:.2g} at 95%)"
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": self.mode, "reps": self.reps, "failures": self.failures,
+                "rate_upper95": self.rate_upper95, "summary": self.summary(),
+                "mismatch": self.mismatch.to_json() if self.mismatch else None,
+                "hazards": [h.to_json() for h in self.hazards], "fault": self.fault}
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """Triton's interpreter wraps kernel exceptions in InterpreterError(repr(e))."""
+    seen = set()
+    while exc.__cause__ is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return exc
+
+
+def _run_once(m: Materialized, fn, recorder) -> list[Any]:
+    if recorder is None:
+        m.run(fn)
+        return []
+    with recorder as rec:
+        for name, tensor in m.tensors().items():
+            rec.add_region(name, tensor)
+        m.run(fn)
+    return list(rec.hazards)
+
+
+def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare") -> Verdict:
+    """Materialise `case`, run `fn` `reps` times from the snapshot, judge each run."""
+    if mode not in MODES:
+        raise ValueError(f"unknown check mode {mode!r}")
+    m = materialize(case, device)
+    verdict = Verdict(reps=0, failures=0, mode=mode)
+    for rep in range(max(1, reps)):
+        recorder = None
+        if mode == "race" and rep == 0:
+            from .racecheck import RaceRecorder
+            recorder = RaceRecorder()
+        if rep:
+            m.restore()
+        try:
+            hazards = _run_once(m, fn, recorder)
+            if device == "cuda":
+                import torch
+                torch.cuda.synchronize()
+        except Exception as exc:  # a faulting target is a finding, not a crash of the session
+            cause = _root_cause(exc)
+            hazard = getattr(cause, "hazard", None)
+            if hazard is not None:
+                verdict.hazards.append(hazard)
+            else:
+                verdict.fault = f"{type(cause).__name__}: {cause}"
+            verdict.reps += 1
+            verdict.failures += 1
+            return verdict
+        verdict.hazards.extend(hazards)
+        verdict.reps += 1
+        mismatch = m.compare()
+        if mismatch is not None:
+            verdict.failures += 1
+            verdict.mismatch = verdict.mismatch or mismatch
+    return verdict

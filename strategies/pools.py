@@ -1,0 +1,182 @@
+"""State pools, block tables with aliasing, state-copy and align-mode cases.
+
+Bugs hide where a column's source and destination are the same physical block
+(the copy overlaps itself), where strides are padded, where DS rows are
+strided, and where element sizes change the access width; so those are what
+these strategies lean towards.  Cross-request sharing is read-only (prefix
+caching): a block written by one request is never touched by another, so every
+drawn case is well-posed.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from mambafuzz.cases import PostprocessCase, StateCopyCase
+from oracle import PoolLayout, decide
+
+from .profiles import Profile
+
+KINDS = ("conv_sd", "conv_ds", "temporal")
+ELEM_SIZES = (2, 1, 4, 8)
+ALIASING = ("distinct", "same", "shared")
+
+
+@st.composite
+def pool_shapes(draw, profile: Profile, group: int) -> dict:
+    """One state's geometry, without its arena offset or block count."""
+    kind = draw(st.sampled_from(KINDS))
+    elem = draw(st.sampled_from(ELEM_SIZES))
+    pad_elems = draw(st.sampled_from([0, 1, 3, 8]))
+    shape = {"kind": kind, "elem_size": elem, "group": group}
+    if kind == "temporal":
+        inner = tuple(draw(st.lists(st.integers(1, profile.max_inner), min_size=1, max_size=3)))
+        shape["inner"] = inner
+        data = elem
+        for extent in inner:
+            data *= extent
+    else:
+        state_len = draw(st.integers(1, 8))
+        dim = draw(st.integers(1, profile.max_dim))
+        shape.update(state_len=state_len, dim=dim)
+        if kind == "conv_ds":
+            row_stride = (state_len + draw(st.sampled_from([0, 1, 3]))) * elem
+            shape["row_stride"] = row_stride
+            data = dim * row_stride
+        else:
+            data = state_len * dim * elem
+    shape["block_stride"] = data + pad_elems * elem
+    return shape
+
+
+def _align_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def place_pools(draw, shapes: list[dict], tables: list[list[list[int]]]) -> tuple[int, tuple[PoolLayout, ...]]:
+    """Give each state an arena offset (with a sub-8-byte slip) and enough blocks for its table."""
+    cursor = 64
+    pools = []
+    for shape in shapes:
+        ids = [b for row in tables[shape["group"]] for b in row]
+        num_blocks = max(ids) + 1 + draw(st.integers(0, 1))
+        slip = draw(st.integers(0, 7 // shape["elem_size"])) * shape["elem_size"]
+        offset = _align_up(cursor, 8) + slip
+        pools.append(PoolLayout(offset=offset, num_blocks=num_blocks, **shape))
+        cursor = offset + num_blocks * shape["block_stride"] + 64
+    return _align_up(cursor, 64), tuple(pools)
+
+
+@st.composite
+def block_tables(draw, groups: int, requests: int, cols: int, copies) -> list[list[list[int]]]:
+    """Per-group tables [R][C]; `copies[r]` is (src_col, read_cols, dst_col) or None.
+
+    Each request owns C physical blocks (shuffled), then: `same` aliases the
+    destination column onto a column it reads (same physical block), `shared`
+    points a column of one request at a read-only block of another.
+    """
+    tables = []
+    for _ in range(groups):
+        perm = draw(st.permutations(range(requests * cols)))
+        table = [[perm[r * cols + c] for c in range(cols)] for r in range(requests)]
+        written = set()
+        for r, copy in enumerate(copies):
+            if copy is None:
+                continue
+            read_cols, dst_col = copy
+            alias = draw(st.sampled_from(ALIASING))
+            if alias == "same":
+                table[r][dst_col] = table[r][draw(st.sampled_from(read_cols))]
+            written.add(table[r][dst_col])
+        if requests > 1 and draw(st.booleans()):
+            r, other = draw(st.permutations(range(requests)))[:2]
+            c = draw(st.integers(0, cols - 1))
+            c_other = draw(st.integers(0, cols - 1))
+            donor = table[other][c_other]
+            dst_r = copies[r][1] if copies[r] else None
+            if c != dst_r and donor not in written and table[r][c] not in written:
+                table[r][c] = donor
+        tables.append(table)
+    return tables
+
+
+@st.composite
+def _pool_layouts(draw, profile: Profile):
+    groups = draw(st.integers(1, 3))
+    states = draw(st.integers(1, 4))
+    shapes = [draw(pool_shapes(profile, group=draw(st.integers(0, groups - 1)))) for _ in range(states)]
+    used = sorted({s["group"] for s in shapes})  # drop groups no state uses, renumber densely
+    for s in shapes:
+        s["group"] = used.index(s["group"])
+    return len(used), shapes
+
+
+@st.composite
+def state_copy_cases(draw, profile: Profile) -> StateCopyCase:
+    groups, shapes = draw(_pool_layouts(profile))
+    has_temporal = any(s["kind"] == "temporal" for s in shapes)
+    requests = draw(st.integers(1, profile.max_requests))
+    cols = draw(st.integers(2, profile.max_cols))
+    src_cols, dst_cols, biases, copies = [], [], [], []
+    for _ in range(requests):
+        bias = draw(st.integers(0, cols - 1 if has_temporal else 9))
+        src = draw(st.integers(0, (cols - 1 - bias) if has_temporal else cols - 1))
+        dst = draw(st.integers(0, cols - 1))
+        read_cols = [src] + ([src + bias] if has_temporal and bias else [])
+        src_cols.append(src), dst_cols.append(dst), biases.append(bias)
+        copies.append((read_cols, dst))
+    tables = draw(block_tables(groups, requests, cols, copies))
+    arena_size, pools = place_pools(draw, shapes, tables)
+    tiles = draw(st.one_of(st.sampled_from([1, 16]), st.integers(1, profile.max_tiles)))
+    return StateCopyCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
+                         seed=draw(st.integers(0, 2**32 - 1)), src_cols=tuple(src_cols), dst_cols=tuple(dst_cols),
+                         biases=tuple(biases))
+
+
+def _freeze(tables):
+    return tuple(tuple(tuple(row) for row in table) for table in tables)
+
+
+@st.composite
+def align_requests(draw, block_size: int) -> tuple[int, int, int, int, int]:
+    """(num_computed, num_scheduled, num_draft, num_accepted, state_idx) near a block boundary."""
+    boundary = draw(st.integers(1, 4)) * block_size
+    running = max(1, boundary - draw(st.integers(-2, block_size + 1)))
+    num_draft = draw(st.integers(0, 4))
+    to_boundary = boundary - running + 1  # accepted count that lands exactly on the boundary
+    accepted = draw(st.sampled_from([to_boundary, to_boundary + 1, to_boundary - 1, 1, num_draft + 1]))
+    accepted = max(1, accepted)
+    num_draft = max(num_draft, accepted - 1)
+    num_scheduled = num_draft + 1
+    num_computed = running - num_scheduled + num_draft
+    aligned = (running + accepted - 1) // block_size * block_size
+    dst_col = aligned // block_size - 1
+    state_idx = max(0, dst_col - draw(st.sampled_from([0, 1, 2, -1])))
+    return num_computed, num_scheduled, num_draft, accepted, state_idx
+
+
+@st.composite
+def postprocess_cases(draw, profile: Profile) -> PostprocessCase:
+    groups, shapes = draw(_pool_layouts(profile))
+    block_size = draw(st.sampled_from([4, 1, 2, 3, 8, 16]))
+    requests = draw(st.integers(1, profile.max_requests))
+    reqs = [draw(align_requests(block_size)) for _ in range(requests)]
+    comp, sched, draft, acc, idx = (list(v) for v in zip(*reqs))
+    d = decide(comp, sched, draft, acc, idx, block_size)
+    has_temporal = any(s["kind"] == "temporal" for s in shapes)
+    need = [int(d.dst_col[r]) + 1 for r in range(requests)]
+    need += [int(d.src_col[r] + (d.bias[r] if has_temporal else 0)) + 1 for r in range(requests) if d.do_copy[r]]
+    cols = max(2, max(need), max(idx) + 1)
+    copies = []
+    for r in range(requests):
+        if not d.do_copy[r]:
+            copies.append(None)
+            continue
+        read = [int(d.src_col[r])] + ([int(d.src_col[r] + d.bias[r])] if has_temporal and d.bias[r] else [])
+        copies.append((read, int(d.dst_col[r])))
+    tables = draw(block_tables(groups, requests, cols, copies))
+    arena_size, pools = place_pools(draw, shapes, tables)
+    tiles = draw(st.one_of(st.sampled_from([1, 16]), st.integers(1, profile.max_tiles)))
+    return PostprocessCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
+                           seed=draw(st.integers(0, 2**32 - 1)), block_size=block_size,
+                           num_computed=tuple(comp), num_scheduled=tuple(sched), num_draft=tuple(draft),
+                           num_accepted=tuple(acc), state_idx=tuple(idx))
