@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p, max_examples=1000, time_default=None)
 
     p = sub.add_parser("smoke", help="bounded CI run over the correct targets (CPU by default)")
-    _add_run_options(p, max_examples=25, time_default=600.0)
+    _add_run_options(p, max_examples=60, time_default=600.0)
 
     p = sub.add_parser("zoo", help="fuzz every bug-zoo variant; fails if any escapes")
     p.add_argument("--target", action="append", default=None, help="only these zoo targets (names or globs)")
@@ -215,7 +215,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     from .targets import resolve
 
     if smoke:
-        targets = [t for t in registry.correct_targets() if device in t.devices]
+        targets = [t for t in registry.all_targets() if t.kind in ("correct", "torch") and device in t.devices]
     else:
         targets = resolve(args.target, contract=args.contract, overlap=args.overlap)
     opts = _fuzz_options(args, device)
@@ -231,7 +231,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
             out.print(f"  replay: mambafuzz replay {r.finding.path} --device {device}", highlight=False)
         if interrupted:
             out.print("[yellow]interrupted: what was found so far is saved[/]")
-        out.print(f"{len(reports)} target(s), {sum(r.examples for r in reports)} examples, "
+        out.print(f"\n{len(reports)} target(s), {sum(r.examples for r in reports)} examples, "
                   f"{len(findings)} finding(s)")
     rejected = [msg for r in reports for msg in r.rejected]
     if rejected:

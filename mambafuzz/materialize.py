@@ -7,6 +7,7 @@ counts first, then the first differing positions with expected and actual.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,10 @@ from kernels import META_COLS
 from .cases import BatchCopyCase, Case, PostprocessCase, StateCopyCase
 from .errors import CaseError
 
-MAX_ARENA = 1 << 31  # dense materialisation limit (2 GiB)
+MAX_ARENA = 1 << 31      # largest dense arena (2 GiB)
+DENSE_LIMIT = 256 << 20  # pool arenas above this are materialised sparsely
+MAX_SPARSE_ARENA = 8 << 30
+GUARD = 64               # padding bytes after each block's data that sparse mode still checks
 FIRST_DIFFS = 8
 
 
@@ -83,9 +87,14 @@ class Materialized:
     expected_accepted: np.ndarray | None = None
     accepted_snapshot: torch.Tensor | None = None
     _arena_snapshot: torch.Tensor | None = None
+    positions: np.ndarray | None = None  # sparse mode: arena offset of each snapshot byte
+    _positions: torch.Tensor | None = None
 
     def restore(self) -> None:
-        self.arena.copy_(self._arena_snapshot)
+        if self._positions is None:
+            self.arena.copy_(self._arena_snapshot)
+        else:
+            self.arena[self._positions] = self._arena_snapshot
         if self.accepted_snapshot is not None:
             self.args["num_accepted"].copy_(self.accepted_snapshot)
 
@@ -99,7 +108,11 @@ class Materialized:
         return named
 
     def compare(self) -> Mismatch | None:
-        actual = self.arena.cpu().numpy()
+        if self._positions is None:
+            actual = self.arena.cpu().numpy()
+        else:  # sparse: filler bytes of the image (position -1) are never touched
+            actual = self.snapshot.copy()
+            actual[self.positions >= 0] = self.arena[self._positions].cpu().numpy()
         diff = np.flatnonzero(actual != self.expected)
         bad_acc: list[dict[str, int]] = []
         if self.expected_accepted is not None:
@@ -108,8 +121,9 @@ class Materialized:
                 bad_acc.append({"request": int(r), "expected": int(self.expected_accepted[r]), "actual": int(got[r])})
         if diff.size == 0 and not bad_acc:
             return None
-        first = [{"offset": int(o), "expected": int(self.expected[o]), "actual": int(actual[o]),
-                  "where": _locate(self.case, int(o))} for o in diff[:FIRST_DIFFS]]
+        offsets = diff if self.positions is None else self.positions[diff]
+        first = [{"offset": int(a), "expected": int(self.expected[o]), "actual": int(actual[o]),
+                  "where": _locate(self.case, int(a))} for o, a in zip(diff[:FIRST_DIFFS], offsets)]
         return Mismatch(int(diff.size), int(actual.size), first, bad_acc)
 
 
@@ -126,18 +140,67 @@ def _i32(values, device) -> torch.Tensor:
     return torch.tensor(np.asarray(values, dtype=np.int32).reshape(-1), dtype=torch.int32, device=device)
 
 
+def _compact(case) -> tuple[tuple[oracle.PoolLayout, ...], np.ndarray, np.ndarray]:
+    """Pools, block tables and arena positions of a dense image of just the live blocks.
+
+    A pool over 2 GiB (the ADDR-I32 territory) is mostly padding nobody touches;
+    the oracle runs on an image holding each referenced block's data plus GUARD
+    bytes of its padding, and the live arena is compared at those positions.
+    """
+    tables = np.asarray(case.block_tables, dtype=np.int64)
+    used = [np.unique(tables[g]) for g in range(tables.shape[0])]
+    new_tables = np.stack([np.searchsorted(used[g], tables[g]) for g in range(tables.shape[0])]).astype(np.int32)
+    pools, pieces, cursor = [], [], 0
+    for pool in case.pools:
+        if not 0 <= pool.group < len(used):
+            raise CaseError(f"pool group {pool.group} has no block table ({len(used)} group(s))")
+        filler = -cursor % 8  # keep each compact pool 8-aligned; filler bytes map to no arena byte (-1)
+        pieces.append(np.full(filler, -1, dtype=np.int64))
+        cursor += filler
+        ids = used[pool.group].astype(np.int64)
+        window = min(pool.block_stride, pool.data_bytes + GUARD)
+        pools.append(dataclasses.replace(pool, offset=cursor, num_blocks=len(ids), block_stride=window))
+        starts = pool.offset + ids * pool.block_stride
+        pieces.append((starts[:, None] + np.arange(window)[None, :]).reshape(-1))
+        cursor += len(ids) * window
+    positions = np.concatenate(pieces)
+    return tuple(pools), new_tables, positions
+
+
 def materialize(case: Case, device: str) -> Materialized:
     """Allocate and fill the case's memory on `device`; raise CaseError if it is impossible."""
-    if not 0 < case.arena_size <= MAX_ARENA:
-        raise CaseError(f"arena size {case.arena_size} is outside 1..{MAX_ARENA} bytes")
-    snapshot = fill_bytes(case.seed, case.arena_size)
-    snapshot.flags.writeable = False
-    arena_snapshot = torch.from_numpy(snapshot.copy()).to(device)
-    arena = arena_snapshot.clone()
-    base = arena.data_ptr()
-    expected_accepted = accepted_snapshot = None
+    pooled = not isinstance(case, BatchCopyCase)
+    limit = MAX_SPARSE_ARENA if pooled else MAX_ARENA
+    if not 0 < case.arena_size <= limit:
+        raise CaseError(f"arena size {case.arena_size} is outside 1..{limit} bytes")
+    sparse = pooled and case.arena_size > DENSE_LIMIT
+    positions = None
     try:
-        if isinstance(case, BatchCopyCase):
+        if pooled:
+            for pool in case.pools:
+                pool.validate(case.arena_size)
+            tables = np.asarray(case.block_tables, dtype=np.int32)
+            if tables.ndim != 3:
+                raise CaseError(f"block tables must be [groups, requests, columns], got shape {tables.shape}")
+            pools = case.pools
+            oracle_tables = tables
+            if sparse:
+                pools, oracle_tables, positions = _compact(case)
+        snapshot = fill_bytes(case.seed, len(positions) if sparse else case.arena_size)
+        snapshot.flags.writeable = False
+        arena_snapshot = torch.from_numpy(snapshot.copy()).to(device)
+        if sparse:
+            arena = torch.empty(case.arena_size, dtype=torch.uint8, device=device)
+            live = positions >= 0
+            positions_dev = torch.from_numpy(positions[live]).to(device)
+            arena_snapshot = arena_snapshot[torch.from_numpy(live).to(device)]
+            arena[positions_dev] = arena_snapshot
+        else:
+            arena, positions_dev = arena_snapshot.clone(), None
+        base = arena.data_ptr()
+        expected_accepted = accepted_snapshot = None
+        kwargs: dict[str, Any] = {}
+        if not pooled:
             rows = np.asarray(case.copies, dtype=np.int64).reshape(-1, 3)
             src, dst, sizes = rows[:, 0], rows[:, 1], rows[:, 2]
             oracle.check_batch(src, dst, sizes, case.arena_size)
@@ -145,27 +208,21 @@ def materialize(case: Case, device: str) -> Materialized:
             args = {"src_ptrs": torch.tensor(src + base, device=device),
                     "dst_ptrs": torch.tensor(dst + base, device=device),
                     "sizes": torch.tensor(sizes, device=device)}
-            kwargs: dict[str, Any] = {}
         else:
-            for pool in case.pools:
-                pool.validate(case.arena_size)
-            tables = np.asarray(case.block_tables, dtype=np.int32)
-            if tables.ndim != 3:
-                raise CaseError(f"block tables must be [groups, requests, columns], got shape {tables.shape}")
-            common = {"meta": torch.tensor(_meta_table(case.pools, base), device=device),
-                      "block_tables": torch.from_numpy(tables.copy()).to(device)}
-            kwargs = {"num_tiles": case.num_tiles}
             if case.num_tiles < 1:
                 raise CaseError(f"num_tiles must be >= 1, got {case.num_tiles}")
+            common = {"meta": torch.tensor(_meta_table(case.pools, base), device=device),
+                      "block_tables": torch.from_numpy(tables.copy()).to(device)}
+            kwargs["num_tiles"] = case.num_tiles
             if isinstance(case, StateCopyCase):
-                expected = oracle.expect_state_copies(snapshot, case.pools, tables, case.src_cols,
+                expected = oracle.expect_state_copies(snapshot, pools, oracle_tables, case.src_cols,
                                                       case.dst_cols, case.biases)
                 args = {**common, "src_cols": _i32(case.src_cols, device),
                         "dst_cols": _i32(case.dst_cols, device), "biases": _i32(case.biases, device)}
             else:
                 assert isinstance(case, PostprocessCase)
                 expected, expected_accepted = oracle.expect_postprocess(
-                    snapshot, case.pools, tables, case.num_computed, case.num_scheduled, case.num_draft,
+                    snapshot, pools, oracle_tables, case.num_computed, case.num_scheduled, case.num_draft,
                     case.num_accepted, case.state_idx, case.block_size)
                 args = {**common, "num_computed": _i32(case.num_computed, device),
                         "num_scheduled": _i32(case.num_scheduled, device),
@@ -176,6 +233,8 @@ def materialize(case: Case, device: str) -> Materialized:
                 kwargs["block_size"] = case.block_size
     except oracle.OracleError as exc:
         raise CaseError(str(exc)) from None
+    except (TypeError, ValueError, OverflowError) as exc:  # malformed numbers in a hand-edited case
+        raise CaseError(f"malformed case: {exc}") from None
     return Materialized(case, device, arena, snapshot, expected, args, kwargs,
                         expected_accepted=expected_accepted, accepted_snapshot=accepted_snapshot,
-                        _arena_snapshot=arena_snapshot)
+                        _arena_snapshot=arena_snapshot, positions=positions, _positions=positions_dev)

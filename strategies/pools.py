@@ -52,12 +52,23 @@ def _align_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
-def place_pools(draw, shapes: list[dict], tables: list[list[list[int]]]) -> tuple[int, tuple[PoolLayout, ...]]:
-    """Give each state an arena offset (with a sub-8-byte slip) and enough blocks for its table."""
+HUGE_OFFSET = 1 << 31  # a block at or past 2 GiB: where 32-bit address arithmetic wraps
+
+
+def place_pools(draw, shapes: list[dict], tables: list[list[list[int]]],
+                huge: bool = False) -> tuple[int, tuple[PoolLayout, ...]]:
+    """Give each state an arena offset (with a sub-8-byte slip) and enough blocks for its table.
+
+    `huge` stretches the first state's block stride so that its highest block
+    starts past 2 GiB (the engine materialises such pools sparsely).
+    """
     cursor = 64
     pools = []
-    for shape in shapes:
+    for i, shape in enumerate(shapes):
         ids = [b for row in tables[shape["group"]] for b in row]
+        if huge and i == 0 and max(ids) > 0:
+            stride = _align_up(-(-HUGE_OFFSET // max(ids)), 64)
+            shape = {**shape, "block_stride": max(stride, shape["block_stride"])}
         num_blocks = max(ids) + 1 + draw(st.integers(0, 1))
         slip = draw(st.integers(0, 7 // shape["elem_size"])) * shape["elem_size"]
         offset = _align_up(cursor, 8) + slip
@@ -125,7 +136,8 @@ def state_copy_cases(draw, profile: Profile) -> StateCopyCase:
         src_cols.append(src), dst_cols.append(dst), biases.append(bias)
         copies.append((read_cols, dst))
     tables = draw(block_tables(groups, requests, cols, copies))
-    arena_size, pools = place_pools(draw, shapes, tables)
+    huge = draw(st.integers(0, 7)) == 7  # one case in eight: a pool past 2 GiB
+    arena_size, pools = place_pools(draw, shapes, tables, huge=huge)
     tiles = draw(st.one_of(st.sampled_from([1, 16]), st.integers(1, profile.max_tiles)))
     return StateCopyCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
                          seed=draw(st.integers(0, 2**32 - 1)), src_cols=tuple(src_cols), dst_cols=tuple(dst_cols),
