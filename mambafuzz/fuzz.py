@@ -9,13 +9,13 @@ failing case seen is kept with its rate instead of aborting.
 """
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
@@ -25,6 +25,7 @@ from . import crashes
 from .cases import Case
 from .engine import Verdict, run_case
 from .errors import CaseError
+from .reduce import reduce_case
 
 CHUNK = 20
 
@@ -70,10 +71,35 @@ class FuzzOptions:
     profile: strategies.Profile = strategies.CPU
 
 
+def _seed_hypothesis(seed: int) -> None:
+    """Seed Hypothesis's draws without `@seed`, which would switch the example database off."""
+    import hypothesis.core
+
+    local = getattr(hypothesis.core, "threadlocal", None)
+    if local is not None and hasattr(local, "_hypothesis_global_random"):
+        local._hypothesis_global_random = random.Random(seed)
+
+
 def _database(db) -> ExampleDatabase | None:
     if db is None or isinstance(db, ExampleDatabase):
         return db
     return DirectoryBasedExampleDatabase(str(db))
+
+
+def _reduce(target, opts: FuzzOptions, state: dict) -> None:
+    """Case-level reduction of the shrunk failure, inside the same shrink budget."""
+    def still_fails(case: Case) -> bool:
+        try:
+            verdict = run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
+        except CaseError:
+            return False
+        if verdict.failed:
+            state["last"] = (case, verdict)
+        return verdict.failed
+
+    case, tried = reduce_case(state["last"][0], still_fails,
+                              lambda: time.monotonic() - state["first_at"] <= opts.shrink_budget)
+    state["shrinks"] += tried
 
 
 def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], None] | None = None) -> TargetReport:
@@ -123,8 +149,8 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                             suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                             report_multiple_bugs=False, print_blob=False,
                             phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))(test)
-            base_seed = 0 if opts.seed is None else opts.seed
-            test = hypothesis_seed(base_seed * 1_000_003 + chunk_index)(test)
+            if opts.seed is not None:
+                _seed_hypothesis(opts.seed * 1_000_003 + chunk_index)
             chunk_index += 1
             before = report.examples
             try:
@@ -137,6 +163,11 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                 break  # the strategy is exhausted (or every draw was rejected)
     except KeyboardInterrupt:
         report.interrupted = True
+    if state["last"] is not None and not report.interrupted:
+        try:
+            _reduce(target, opts, state)
+        except KeyboardInterrupt:
+            report.interrupted = True
     report.seconds = time.monotonic() - start
     if state["last"] is not None:
         case, verdict = state["last"]

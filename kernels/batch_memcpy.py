@@ -1,0 +1,73 @@
+"""Batched memmove: one program per copy (``batch_memcpy`` contract).
+
+``batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None)``:
+int64 ``[n]`` tensors of absolute byte addresses and byte counts; copy i is a
+memmove of ``sizes[i]`` bytes (full overlap support, both directions).
+``variant`` selects one bug-zoo flag of ``_move_span`` (see ``VARIANTS``).
+"""
+import torch
+import triton
+import triton.language as tl
+
+from .copy import _move_span
+
+BLOCK = 1024  # bytes per body chunk
+
+# zoo id -> constexpr flags of _move_span
+VARIANTS = {
+    None: {},
+    "BM-NOGUARD": {"NOGUARD_LEFT": True},
+    "BM-RIGHT": {"FORWARD_RIGHT": True},
+    "TAIL-DROP": {"DROP_TAIL": True},
+    "MISALIGN": {"CHECK_DST_ALIGN_ONLY": True},
+}
+
+
+@triton.jit
+def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, BLOCK: tl.constexpr,
+                         NOGUARD_LEFT: tl.constexpr, FORWARD_RIGHT: tl.constexpr,
+                         DROP_TAIL: tl.constexpr, CHECK_DST_ALIGN_ONLY: tl.constexpr):
+    pid = tl.program_id(0)
+    src = tl.load(src_ptrs + pid).to(tl.int64)
+    dst = tl.load(dst_ptrs + pid).to(tl.int64)
+    n = tl.load(sizes + pid).to(tl.int64)
+    _move_span(src, dst, n, BLOCK,
+               NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
+               DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY)
+
+
+def _flags(variant):
+    try:
+        chosen = VARIANTS[variant]
+    except KeyError:
+        raise ValueError(f"batch_memcpy: unknown variant {variant!r}; "
+                         f"known: {sorted(v for v in VARIANTS if v)}") from None
+    return {k: bool(chosen.get(k, False)) for k in
+            ("NOGUARD_LEFT", "FORWARD_RIGHT", "DROP_TAIL", "CHECK_DST_ALIGN_ONLY")}
+
+
+def _check_vec(name, t):
+    if not isinstance(t, torch.Tensor) or t.dim() != 1:
+        raise TypeError(f"batch_memcpy: {name} must be a 1-D tensor")
+    if t.dtype not in (torch.int64, torch.uint64):
+        raise TypeError(f"batch_memcpy: {name} must be int64, got {t.dtype}")
+    if not t.is_contiguous():
+        raise ValueError(f"batch_memcpy: {name} must be contiguous")
+
+
+def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
+                 block=BLOCK, num_warps=4):
+    """memmove ``sizes[i]`` bytes from ``src_ptrs[i]`` to ``dst_ptrs[i]`` for every i.
+
+    ``arena`` is accepted for the contract and ignored (pointers are absolute).
+    """
+    for name, t in (("src_ptrs", src_ptrs), ("dst_ptrs", dst_ptrs), ("sizes", sizes)):
+        _check_vec(name, t)
+    n = src_ptrs.shape[0]
+    if dst_ptrs.shape[0] != n or sizes.shape[0] != n:
+        raise ValueError("batch_memcpy: src_ptrs, dst_ptrs and sizes differ in length")
+    flags = _flags(variant)
+    if n == 0:
+        return
+    _batch_memcpy_kernel[(n,)](src_ptrs, dst_ptrs, sizes, BLOCK=block,
+                               num_warps=num_warps, num_stages=1, **flags)

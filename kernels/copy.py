@@ -1,0 +1,144 @@
+"""Memmove-safe copy helpers shared by every kernel (``@triton.jit`` only).
+
+``_move_span`` copies ``n`` bytes inside ONE program with memmove semantics.
+
+Loops are ``while`` loops: the 3.6 interpreter cannot take a tensor as a
+``range`` bound under numpy 2.x (``__index__`` calls ``int()`` on a
+shape-(1,) array).
+
+Addresses are int64 absolute byte addresses turned into pointers in-kernel
+with ``.to(tl.pointer_type(...))``; all address arithmetic is int64.
+
+Layout of one span copy
+-----------------------
+If ``src % 8 == dst % 8`` the span is cut into
+
+* a byte *head* (0..7 bytes) that brings ``dst`` to an 8-byte boundary,
+* a u64 *body* walked in chunks of ``BLOCK`` bytes (``BLOCK // 8`` lanes),
+* a byte *tail* (0..7 bytes);
+
+otherwise the whole span is a byte-wise body (``BLOCK`` lanes per chunk) and
+head = tail = 0.
+
+Ordering and barriers
+---------------------
+``left``  = ``dst < src < dst + n`` (destination below source, overlapping);
+``right`` = ``src < dst < src + n`` (destination above source, overlapping).
+
+Pieces are walked ascending (head, body chunks ascending, tail) unless the
+copy overlaps to the right, then descending (tail, body chunks descending,
+head).  Every piece is ``load; if left or right: debug_barrier(); store``.
+Walking away from the overlap means a later piece never loads a byte an
+earlier piece stored, and the barrier between the load and the store of one
+piece means no lane stores a byte another lane of the same piece still has to
+load.  So within one barrier epoch no byte is stored by one lane and loaded or
+stored by another.  Copies that do not overlap (or overlap exactly,
+``src == dst``) execute no barrier at all.
+
+Zoo flags (constexpr, default off, compiled out when off)
+---------------------------------------------------------
+``NOGUARD_LEFT``          no barrier on left overlap             (BM-NOGUARD)
+``FORWARD_RIGHT``         walk ascending on right overlap        (BM-RIGHT)
+``DROP_TAIL``             tail length forced to 0                (TAIL-DROP)
+``CHECK_DST_ALIGN_ONLY``  u64 path chosen from dst alone: the head aligns
+                          dst and src is never checked, so src may be read
+                          with misaligned u64 loads          (MISALIGN)
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _floordiv(a, b):
+    """Python-style floor division for signed ints (Triton's ``//`` truncates)."""
+    q = a // b
+    rem = a - q * b
+    return tl.where((rem != 0) & ((rem < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def _move_bytes_small(src_addr, dst_addr, n, guard):
+    """One piece of at most 8 bytes (a head or a tail), byte lanes."""
+    if n > 0:
+        offs = tl.arange(0, 8).to(tl.int64)
+        m = offs < n
+        x = tl.load((src_addr + offs).to(tl.pointer_type(tl.uint8)), mask=m)
+        if guard:
+            tl.debug_barrier()
+        tl.store((dst_addr + offs).to(tl.pointer_type(tl.uint8)), x, mask=m)
+
+
+@triton.jit
+def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
+               NOGUARD_LEFT: tl.constexpr = False,
+               FORWARD_RIGHT: tl.constexpr = False,
+               DROP_TAIL: tl.constexpr = False,
+               CHECK_DST_ALIGN_ONLY: tl.constexpr = False):
+    """memmove(dst, src, n) inside one program (see the module docstring)."""
+    src_addr = src_addr.to(tl.int64)
+    dst_addr = dst_addr.to(tl.int64)
+    n = n.to(tl.int64)
+    left = (dst_addr < src_addr) & (src_addr < dst_addr + n)
+    right = (src_addr < dst_addr) & (dst_addr < src_addr + n)
+    if NOGUARD_LEFT:
+        guard = right
+    else:
+        guard = left | right
+    if FORWARD_RIGHT:
+        desc = left & right  # never true: always walk ascending
+    else:
+        desc = right
+
+    if CHECK_DST_ALIGN_ONLY:
+        vec = n >= 0  # always: the head aligns dst, src is not looked at
+    else:
+        vec = (src_addr % 8) == (dst_addr % 8)
+    head = tl.minimum((8 - dst_addr % 8) % 8, n)
+    head = tl.where(vec, head, 0)
+    body = tl.where(vec, ((n - head) // 8) * 8, n)
+    if DROP_TAIL:
+        tail = n * 0
+    else:
+        tail = n - head - body
+    tail_off = head + body
+
+    # first edge piece: the tail when walking down, the head when walking up
+    if desc:
+        _move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard)
+    else:
+        _move_bytes_small(src_addr, dst_addr, head, guard)
+
+    if vec:
+        nch = (body + BLOCK - 1) // BLOCK
+        lanes = tl.arange(0, BLOCK // 8).to(tl.int64) * 8
+        k = nch * 0
+        while k < nch:
+            c = tl.where(desc, nch - 1 - k, k)
+            offs = head + c * BLOCK + lanes
+            m = offs < tail_off
+            x = tl.load((src_addr + offs).to(tl.pointer_type(tl.uint64)), mask=m)
+            if guard:
+                tl.debug_barrier()
+            tl.store((dst_addr + offs).to(tl.pointer_type(tl.uint64)), x, mask=m)
+            k += 1
+    else:
+        # (names differ from the u64 branch: a variable assigned in both
+        # branches of a runtime `if` must keep one type when compiled)
+        nchb = (body + BLOCK - 1) // BLOCK
+        lanes_b = tl.arange(0, BLOCK).to(tl.int64)
+        kb = nchb * 0
+        while kb < nchb:
+            cb = tl.where(desc, nchb - 1 - kb, kb)
+            offs_b = cb * BLOCK + lanes_b
+            mb = offs_b < body
+            xb = tl.load((src_addr + offs_b).to(tl.pointer_type(tl.uint8)), mask=mb)
+            if guard:
+                tl.debug_barrier()
+            tl.store((dst_addr + offs_b).to(tl.pointer_type(tl.uint8)), xb, mask=mb)
+            kb += 1
+
+    # last edge piece
+    if desc:
+        _move_bytes_small(src_addr, dst_addr, head, guard)
+    else:
+        _move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard)

@@ -1,0 +1,174 @@
+"""Target registry: everything the fuzzer can run on a case.
+
+A :class:`Target` wraps a plain function with one of the contract signatures
+of ARCHITECTURE.md.  Names: ``triton.<contract>`` (the project's kernels),
+``torch.<contract>`` (the ``dst.copy_(src.clone())`` path) and
+``zoo.<ID>`` (one per bug-zoo row).  User adapters register with
+:func:`register` (kind ``'user'``).
+
+Importing this module imports torch and triton (the kernels) but nothing from
+``mambafuzz``.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Callable
+
+from . import batch_memcpy as _bm
+from . import postprocess as _pp
+from . import state_copy as _sc
+from . import torch_path as _tp
+from .zoo import ZOO
+
+CONTRACTS = ("batch_memcpy", "state_copy", "postprocess")
+KINDS = ("correct", "torch", "zoo", "user")
+OVERLAPS = ("full", "left")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    contract: str        # 'batch_memcpy' | 'state_copy' | 'postprocess'
+    kind: str            # 'correct' | 'torch' | 'zoo' | 'user'
+    overlap: str         # 'full' (true memmove) | 'left' (dst < src only)
+    description: str
+    fn: Callable
+    bug: str | None = None      # zoo kind, as SPEC section 5 words it
+    zoo_id: str | None = None
+    devices: tuple = ("cpu", "cuda")
+
+    def __post_init__(self):
+        if self.contract not in CONTRACTS:
+            raise ValueError(f"target {self.name!r}: contract must be one of {CONTRACTS}, "
+                             f"got {self.contract!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"target {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.overlap not in OVERLAPS:
+            raise ValueError(f"target {self.name!r}: overlap must be one of {OVERLAPS}, "
+                             f"got {self.overlap!r}")
+        if not callable(self.fn):
+            raise TypeError(f"target {self.name!r}: fn is not callable")
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+class UnknownTarget(KeyError):
+    """``get`` was asked for a name that is not registered.
+
+    ``str()`` (and ``args[0]``) is one line naming the target and listing the
+    close matches, or every known name when nothing is close.
+    """
+
+    def __init__(self, name: str, known):
+        self.name = name
+        self.known = sorted(known)
+        close = difflib.get_close_matches(str(name), self.known, n=3, cutoff=0.5)
+        if close:
+            msg = f"unknown target {name!r}; did you mean: {', '.join(close)}?"
+        else:
+            msg = f"unknown target {name!r}; known targets: {', '.join(self.known)}"
+        self.message = msg
+        super().__init__(msg)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+TARGETS: dict[str, Target] = {}
+
+
+def register(t: Target, *, replace: bool = False) -> Target:
+    if not isinstance(t, Target):
+        raise TypeError(f"register() takes a Target, got {type(t).__name__}")
+    if t.name in TARGETS and not replace:
+        raise ValueError(f"target {t.name!r} is already registered")
+    TARGETS[t.name] = t
+    return t
+
+
+def get(name: str) -> Target:
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise UnknownTarget(name, TARGETS) from None
+
+
+def all_targets() -> list[Target]:
+    return list(TARGETS.values())
+
+
+def correct_targets() -> list[Target]:
+    return [t for t in TARGETS.values() if t.kind == "correct"]
+
+
+def zoo_targets() -> list[Target]:
+    return [t for t in TARGETS.values() if t.kind == "zoo"]
+
+
+# ---------------------------------------------------------------- contract fns
+# Plain functions with exactly the contract signatures (no variant= exposed).
+
+def _batch_memcpy_fn(variant):
+    def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None):
+        return _bm.batch_memcpy(src_ptrs, dst_ptrs, sizes, arena=arena, variant=variant)
+    return batch_memcpy
+
+
+def _state_copy_fn(variant):
+    def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1, arena=None):
+        return _sc.state_copy(meta, block_tables, src_cols, dst_cols, biases,
+                              num_tiles=num_tiles, arena=arena, variant=variant)
+    return state_copy
+
+
+def _postprocess_fn(variant):
+    def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_accepted,
+                    state_idx, *, block_size, num_tiles=1, arena=None):
+        return _pp.postprocess(meta, block_tables, num_computed, num_scheduled, num_draft,
+                               num_accepted, state_idx, block_size=block_size,
+                               num_tiles=num_tiles, arena=arena, variant=variant)
+    return postprocess
+
+
+_FACTORIES = {"batch_memcpy": _batch_memcpy_fn, "state_copy": _state_copy_fn,
+              "postprocess": _postprocess_fn}
+
+
+def _named(fn, name, doc):
+    fn.__qualname__ = fn.__name__ = name.replace(".", "_").replace("-", "_")
+    fn.__doc__ = doc
+    return fn
+
+
+def _register_builtins():
+    register(Target(
+        "triton.batch_memcpy", "batch_memcpy", "correct", "full",
+        "Triton batched memmove, one program per copy; barriers only on overlap",
+        _named(_batch_memcpy_fn(None), "triton.batch_memcpy", _bm.batch_memcpy.__doc__)))
+    register(Target(
+        "triton.state_copy", "state_copy", "correct", "full",
+        "Triton fused SD/DS/temporal state copy, grid (requests, states, tiles)",
+        _named(_state_copy_fn(None), "triton.state_copy", _sc.state_copy.__doc__)))
+    register(Target(
+        "triton.postprocess", "postprocess", "correct", "full",
+        "Triton fused align-mode postprocess (decision + state copy + accepted update)",
+        _named(_postprocess_fn(None), "triton.postprocess", _pp.postprocess.__doc__)))
+    register(Target(
+        "torch.batch_memcpy", "batch_memcpy", "torch", "full",
+        "torch path: dst.copy_(src.clone()) per copy",
+        _tp.batch_memcpy))
+    register(Target(
+        "torch.state_copy", "state_copy", "torch", "full",
+        "torch path: dst.copy_(src.clone()) per state copy (as_strided views)",
+        _tp.state_copy))
+    for e in ZOO:
+        name = f"zoo.{e.id}"
+        fn = _named(_FACTORIES[e.contract](e.variant), name,
+                    f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}.")
+        register(Target(name, e.contract, "zoo", "full", e.description, fn,
+                        bug=e.kind, zoo_id=e.id))
+
+
+_register_builtins()

@@ -1,0 +1,276 @@
+"""Fused state copy (``state_copy`` contract, SPEC 2.4).
+
+Grid ``(requests, states, num_tiles)``; program ``(r, s, t)`` copies state
+``s`` of request ``r`` (tile ``t`` of it for temporal states; conv states are
+done by tile 0 alone).  ``meta`` is int64 ``[S, 8]`` (columns
+``kernels.META_*``), ``block_tables`` int32 ``[G, R, C]`` contiguous.
+
+Per state kind:
+
+* conv, SD layout ``[blocks, state_len, dim]``: tokens ``bias..state_len-1``
+  of the source block become tokens ``0..`` of the destination block.  If the
+  source and destination are the same physical block and ``bias > 0`` the
+  ranges overlap: the copy goes token by token, ascending, one ``_move_span``
+  per token (source and destination token never overlap since
+  ``bias >= 1``) and a ``tl.debug_barrier()`` after each token, so a token's
+  stores are ordered before any later token's loads in every warp.  (Under
+  the race recorder's lane model the barrier is not strictly needed: the u64
+  path is taken only when ``bias * token_bytes % 8 == 0``, so a byte is loaded
+  in iteration ``k - bias`` and stored in iteration ``k`` by the same piece and
+  lane; the barrier keeps the path safe without relying on that.)  Otherwise
+  one ``_move_span`` of ``n_tokens * token_bytes`` bytes.
+* conv, DS layout ``[blocks, dim, state_len]`` (rows ``DS_ROW_STRIDE`` bytes
+  apart): token-major; for token i, rows in chunks of ``ROWS`` lanes, element
+  ``(row, bias+i) -> (row, i)``.  A lane owns the same row in every token
+  iteration, so the same-block shift needs no barrier (every byte of a row is
+  loaded and stored by one lane, in program order).  u16 accesses for 2-byte
+  elements, u32 for 4-byte ones, otherwise a ``[ROWS, 8]`` byte tile masked to
+  the element size.
+* temporal ``[blocks, *inner]``: ``INNER * ELEM`` bytes of block
+  ``bt[r, src_col + bias]`` onto block ``bt[r, dst_col]``, split over tiles of
+  ``cdiv(cdiv(size, num_tiles), 8) * 8`` bytes; tile t copies
+  ``[t * tile, min(size, (t + 1) * tile))``.
+
+Block ids are converted to int64 before they are multiplied by the block
+stride; all address arithmetic is int64.  The zoo flags (constexpr, compiled
+out when off) each inject exactly one bug; see ``kernels.zoo``.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from . import META_COLS
+from .copy import _move_span
+
+BLOCK = 1024  # bytes per span body chunk
+ROWS = 128    # DS rows per chunk (lanes)
+
+# zoo id -> constexpr flags of _copy_one_state
+VARIANTS = {
+    None: {},
+    "SD-SPAN": {"SD_SPAN": True},
+    "DS-ROW": {"DS_ROW": True},
+    "DS-CONTIG": {"DS_CONTIG": True},
+    "ADDR-I32": {"ADDR_I32": True},
+    "TILE-GAP": {"TILE_GAP": True},
+    "PAD-CLOBBER": {"PAD_CLOBBER": True},
+}
+FLAG_NAMES = ("SD_SPAN", "DS_ROW", "DS_CONTIG", "ADDR_I32", "TILE_GAP", "PAD_CLOBBER")
+
+
+@triton.jit
+def _block_addr(base, bt_row, col, stride, ADDR_I32: tl.constexpr):
+    """Address of the block the block table names at ``col``."""
+    blk = tl.load(bt_row + col)  # int32
+    if ADDR_I32:
+        # zoo ADDR-I32: the product is formed in 32 bits (wraps past 2 GiB)
+        off = (blk * stride.to(tl.int32)).to(tl.int64)
+    else:
+        off = blk.to(tl.int64) * stride
+    return base + off, blk
+
+
+@triton.jit
+def _ds_token_major(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, elem,
+                    ROWS: tl.constexpr):
+    """DS conv shift: element (row, bias+i) -> (row, i), token-major."""
+    lanes = tl.arange(0, ROWS).to(tl.int64)
+    n_chunks = (n_rows + ROWS - 1) // ROWS
+    if elem == 2:
+        i = n_tok * 0
+        while i < n_tok:
+            c = n_chunks * 0
+            while c < n_chunks:
+                rows = c * ROWS + lanes
+                m = rows < n_rows
+                s_a = src_blk + rows * row_stride + (bias + i) * 2
+                d_a = dst_blk + rows * row_stride + i * 2
+                x = tl.load(s_a.to(tl.pointer_type(tl.uint16)), mask=m)
+                tl.store(d_a.to(tl.pointer_type(tl.uint16)), x, mask=m)
+                c += 1
+            i += 1
+    elif elem == 4:
+        i = n_tok * 0
+        while i < n_tok:
+            c = n_chunks * 0
+            while c < n_chunks:
+                rows = c * ROWS + lanes
+                m = rows < n_rows
+                s_a = src_blk + rows * row_stride + (bias + i) * 4
+                d_a = dst_blk + rows * row_stride + i * 4
+                x = tl.load(s_a.to(tl.pointer_type(tl.uint32)), mask=m)
+                tl.store(d_a.to(tl.pointer_type(tl.uint32)), x, mask=m)
+                c += 1
+            i += 1
+    else:
+        byte = tl.arange(0, 8).to(tl.int64)
+        i = n_tok * 0
+        while i < n_tok:
+            c = n_chunks * 0
+            while c < n_chunks:
+                rows = c * ROWS + lanes
+                m = (rows < n_rows)[:, None] & (byte < elem)[None, :]
+                s_a = (src_blk + rows * row_stride + (bias + i) * elem)[:, None] + byte[None, :]
+                d_a = (dst_blk + rows * row_stride + i * elem)[:, None] + byte[None, :]
+                x = tl.load(s_a.to(tl.pointer_type(tl.uint8)), mask=m)
+                tl.store(d_a.to(tl.pointer_type(tl.uint8)), x, mask=m)
+                c += 1
+            i += 1
+
+
+@triton.jit
+def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
+                    BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                    SD_SPAN: tl.constexpr = False, DS_ROW: tl.constexpr = False,
+                    DS_CONTIG: tl.constexpr = False, ADDR_I32: tl.constexpr = False,
+                    TILE_GAP: tl.constexpr = False, PAD_CLOBBER: tl.constexpr = False):
+    """Copy state ``s`` of request ``r`` (tile ``t``) with (src_col, dst_col, bias)."""
+    src_col = src_col.to(tl.int64)
+    dst_col = dst_col.to(tl.int64)
+    bias = bias.to(tl.int64)
+    t = t.to(tl.int64)
+    num_tiles = num_tiles.to(tl.int64)
+    row = meta_ptr + s.to(tl.int64) * 8
+    base = tl.load(row + 0)
+    stride = tl.load(row + 1)
+    elem = tl.load(row + 2)
+    inner = tl.load(row + 3)
+    conv_len = tl.load(row + 4)
+    group = tl.load(row + 5)
+    ds_rows = tl.load(row + 6)
+    ds_row_stride = tl.load(row + 7)
+    bt_row = bt_ptr + (group * R + r.to(tl.int64)) * C
+    dst_addr, dst_blk = _block_addr(base, bt_row, dst_col, stride, ADDR_I32)
+
+    if conv_len > 0:
+        n_tok = conv_len - bias
+        if (t == 0) & (n_tok > 0):
+            src_addr, src_blk = _block_addr(base, bt_row, src_col, stride, ADDR_I32)
+            same = (src_blk == dst_blk) & (bias > 0)
+            if ds_rows > 0:
+                if DS_CONTIG:
+                    if bias > 0:
+                        # zoo DS-CONTIG: the strided tail treated as one contiguous run
+                        _move_span(src_addr + bias * elem, dst_addr,
+                                   n_tok * elem * ds_rows, BLOCK)
+                    else:
+                        _ds_token_major(src_addr, dst_addr, bias, n_tok, ds_rows,
+                                        ds_row_stride, elem, ROWS)
+                elif DS_ROW:
+                    # zoo DS-ROW: each row one parallel run, no barrier
+                    rr = ds_rows * 0
+                    while rr < ds_rows:
+                        _move_span(src_addr + rr * ds_row_stride + bias * elem,
+                                   dst_addr + rr * ds_row_stride, n_tok * elem, BLOCK,
+                                   NOGUARD_LEFT=True)
+                        rr += 1
+                else:
+                    _ds_token_major(src_addr, dst_addr, bias, n_tok, ds_rows,
+                                    ds_row_stride, elem, ROWS)
+            else:
+                token_bytes = inner * elem
+                if SD_SPAN:
+                    # zoo SD-SPAN: the same-block shift as one unguarded span
+                    _move_span(src_addr + bias * token_bytes, dst_addr,
+                               n_tok * token_bytes, BLOCK, NOGUARD_LEFT=True)
+                else:
+                    if same:
+                        i = n_tok * 0
+                        while i < n_tok:
+                            _move_span(src_addr + (bias + i) * token_bytes,
+                                       dst_addr + i * token_bytes, token_bytes, BLOCK)
+                            tl.debug_barrier()
+                            i += 1
+                    else:
+                        _move_span(src_addr + bias * token_bytes, dst_addr,
+                                   n_tok * token_bytes, BLOCK)
+    else:
+        if PAD_CLOBBER:
+            size = stride  # zoo PAD-CLOBBER: sized by the block stride
+        else:
+            size = inner * elem
+        src_addr, src_blk = _block_addr(base, bt_row, src_col + bias, stride, ADDR_I32)
+        if TILE_GAP:
+            # zoo TILE-GAP: floor-sized tiles, the last one drops the remainder
+            tile = ((size // num_tiles) // 8) * 8
+            lo = t * tile
+            hi = lo + tile
+        else:
+            tile = (((size + num_tiles - 1) // num_tiles + 7) // 8) * 8
+            lo = tl.minimum(t * tile, size)
+            hi = tl.minimum(lo + tile, size)
+        if hi > lo:
+            _move_span(src_addr + lo, dst_addr + lo, hi - lo, BLOCK)
+
+
+@triton.jit(do_not_specialize=["num_tiles", "R", "C"])
+def _state_copy_kernel(meta_ptr, bt_ptr, src_cols, dst_cols, biases, num_tiles, R, C,
+                       BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                       SD_SPAN: tl.constexpr, DS_ROW: tl.constexpr,
+                       DS_CONTIG: tl.constexpr, ADDR_I32: tl.constexpr,
+                       TILE_GAP: tl.constexpr, PAD_CLOBBER: tl.constexpr):
+    r = tl.program_id(0)
+    s = tl.program_id(1)
+    t = tl.program_id(2)
+    src_col = tl.load(src_cols + r)
+    dst_col = tl.load(dst_cols + r)
+    bias = tl.load(biases + r)
+    _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
+                    BLOCK, ROWS,
+                    SD_SPAN=SD_SPAN, DS_ROW=DS_ROW, DS_CONTIG=DS_CONTIG,
+                    ADDR_I32=ADDR_I32, TILE_GAP=TILE_GAP, PAD_CLOBBER=PAD_CLOBBER)
+
+
+def state_flags(variant):
+    """constexpr flags of ``_copy_one_state`` for a zoo id (None: correct kernel)."""
+    try:
+        chosen = VARIANTS[variant]
+    except KeyError:
+        raise ValueError(f"state_copy: unknown variant {variant!r}; "
+                         f"known: {sorted(v for v in VARIANTS if v)}") from None
+    return {k: bool(chosen.get(k, False)) for k in FLAG_NAMES}
+
+
+def check_tables(fn, meta, block_tables):
+    if not isinstance(meta, torch.Tensor) or meta.dtype != torch.int64 or meta.dim() != 2 \
+            or meta.shape[1] != META_COLS:
+        raise TypeError(f"{fn}: meta must be an int64 [S, {META_COLS}] tensor")
+    if not isinstance(block_tables, torch.Tensor) or block_tables.dtype != torch.int32 \
+            or block_tables.dim() != 3:
+        raise TypeError(f"{fn}: block_tables must be an int32 [G, R, C] tensor")
+    if not meta.is_contiguous() or not block_tables.is_contiguous():
+        raise ValueError(f"{fn}: meta and block_tables must be contiguous")
+
+
+def check_requests(fn, n, **arrays):
+    for name, a in arrays.items():
+        if not isinstance(a, torch.Tensor) or a.dim() != 1 or a.shape[0] != n:
+            raise TypeError(f"{fn}: {name} must be a 1-D tensor of length {n}")
+        if a.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"{fn}: {name} must be int32 or int64, got {a.dtype}")
+        if not a.is_contiguous():
+            raise ValueError(f"{fn}: {name} must be contiguous")
+
+
+def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1,
+               arena=None, variant=None, block=BLOCK, rows=ROWS, num_warps=4):
+    """Copy every state of every request (request i uses row i of each block table).
+
+    ``arena`` is accepted for the contract and ignored (addresses are absolute).
+    """
+    check_tables("state_copy", meta, block_tables)
+    n_req = src_cols.shape[0] if isinstance(src_cols, torch.Tensor) else -1
+    check_requests("state_copy", n_req, src_cols=src_cols, dst_cols=dst_cols, biases=biases)
+    if n_req > block_tables.shape[1]:
+        raise ValueError("state_copy: more requests than block-table rows")
+    num_tiles = int(num_tiles)
+    if num_tiles < 1:
+        raise ValueError("state_copy: num_tiles must be >= 1")
+    flags = state_flags(variant)
+    n_states = meta.shape[0]
+    if n_req == 0 or n_states == 0:
+        return
+    _, R, C = block_tables.shape
+    _state_copy_kernel[(n_req, n_states, num_tiles)](
+        meta, block_tables, src_cols, dst_cols, biases, num_tiles, R, C,
+        BLOCK=block, ROWS=rows, num_warps=num_warps, num_stages=1, **flags)

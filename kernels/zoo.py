@@ -1,0 +1,123 @@
+"""The bug zoo (SPEC section 5) as data.
+
+Every entry is the project's correct kernel with exactly one bug, switched on
+by a constexpr flag (compiled out of the correct kernel) or, for PP-INPLACE,
+by the launcher passing the live tensor where the per-step snapshot belongs.
+``variant`` is the ``variant=`` value the contract's launcher takes.
+
+``kind`` is the SPEC's wording.  ``interpreter`` says what the CPU
+interpreter shows on a case that exercises the bug (programs run one after
+another, every tensor op loads all its lanes before it stores any):
+
+* ``"wrong"``: the bytes differ from the oracle, so any mode catches it;
+* ``"right bytes"``: the bytes come out right; only the race recorder (SPEC 4.2)
+  or a GPU catches it.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    id: str
+    contract: str      # 'batch_memcpy' | 'state_copy' | 'postprocess'
+    kind: str          # exactly as SPEC section 5 says
+    description: str   # one line
+    produced_by: str   # how the variant is made
+    interpreter: str   # what the CPU interpreter shows (see module docstring)
+
+    @property
+    def variant(self) -> str:
+        return self.id
+
+    @property
+    def racy(self) -> bool:
+        return "racy" in self.kind
+
+    @property
+    def wrong(self) -> bool:
+        return "wrong" in self.kind
+
+
+ZOO = (
+    ZooEntry(
+        "BM-NOGUARD", "batch_memcpy", "racy",
+        "batch copy with no barrier between load and store on left overlap (dst < src)",
+        "batch_memcpy(variant='BM-NOGUARD'): _move_span(NOGUARD_LEFT=True)",
+        "right bytes"),
+    ZooEntry(
+        "BM-RIGHT", "batch_memcpy", "wrong + racy",
+        "batch copy that walks forward (ascending) on right overlap (dst > src); barrier kept",
+        "batch_memcpy(variant='BM-RIGHT'): _move_span(FORWARD_RIGHT=True)",
+        "wrong when the right overlap spans more than one piece (a later piece loads "
+        "bytes an earlier piece stored); right bytes for a single-piece copy"),
+    ZooEntry(
+        "SD-SPAN", "state_copy", "racy",
+        "SD conv same-block shift copied as one parallel span with no barrier",
+        "state_copy(variant='SD-SPAN'): _copy_one_state(SD_SPAN=True) -> one "
+        "_move_span(NOGUARD_LEFT=True) instead of the token loop",
+        "right bytes"),
+    ZooEntry(
+        "DS-ROW", "state_copy", "racy",
+        "DS conv same-block shift, each row copied as one parallel byte run (unguarded)",
+        "state_copy(variant='DS-ROW'): _copy_one_state(DS_ROW=True) -> per row "
+        "_move_span(NOGUARD_LEFT=True) of bytes bias*elem.. -> 0..",
+        "right bytes"),
+    ZooEntry(
+        "DS-CONTIG", "state_copy", "wrong",
+        "DS conv with bias > 0 copied as if the tail were contiguous",
+        "state_copy(variant='DS-CONTIG'): _copy_one_state(DS_CONTIG=True) -> one guarded "
+        "_move_span from block+bias*elem of n_tokens*elem*dim bytes",
+        "wrong"),
+    ZooEntry(
+        "ADDR-I32", "state_copy", "wrong",
+        "block_id * block_stride computed in 32 bits (pools over 2 GiB)",
+        "state_copy(variant='ADDR-I32'): _copy_one_state(ADDR_I32=True) -> int32 product",
+        "wrong when block_id*block_stride >= 4 GiB (lands on a lower block); between 2 and "
+        "4 GiB the address goes negative (a fault)"),
+    ZooEntry(
+        "TAIL-DROP", "batch_memcpy", "wrong",
+        "u64 copy that drops the last size % 8 bytes",
+        "batch_memcpy(variant='TAIL-DROP'): _move_span(DROP_TAIL=True)",
+        "wrong"),
+    ZooEntry(
+        "MISALIGN", "batch_memcpy", "wrong (fault on some GPUs)",
+        "u64 fast path taken when src and dst differ in alignment mod 8",
+        "batch_memcpy(variant='MISALIGN'): _move_span(CHECK_DST_ALIGN_ONLY=True) -> the head "
+        "aligns dst, src is never checked, u64 loads from misaligned src",
+        "right bytes (the CPU reads misaligned words); the recorder's alignment check "
+        "flags it; NVIDIA GPUs fault with a misaligned address"),
+    ZooEntry(
+        "TILE-GAP", "state_copy", "wrong / racy",
+        "temporal copy split over tiles with a gap or overlap between tiles",
+        "state_copy(variant='TILE-GAP'): _copy_one_state(TILE_GAP=True) -> tile = "
+        "floor(size/num_tiles) rounded down to 8, the last tile not taking the remainder",
+        "wrong when size is not a multiple of 8*num_tiles (gap)"),
+    ZooEntry(
+        "NOOP-SKIP", "postprocess", "wrong",
+        "self-copy skipped whenever src_col == dst_col, even with bias > 0",
+        "postprocess(variant='NOOP-SKIP'): _postprocess_kernel(NOOP_SKIP=True)",
+        "wrong"),
+    ZooEntry(
+        "PP-INPLACE", "postprocess", "racy (cross-program)",
+        "accepted count updated in place while other programs still read it",
+        "postprocess(variant='PP-INPLACE'): the launcher passes num_accepted itself "
+        "as accepted_in (no per-step snapshot)",
+        "wrong when a request with src_col == dst_col and bias > 0 has more than one "
+        "program (states x tiles > 1): programs after (r,0,0) read accepted=1 and "
+        "redo the decision; right bytes with a single program per request"),
+    ZooEntry(
+        "PAD-CLOBBER", "state_copy", "wrong",
+        "temporal copy sized by block stride, overwriting padding",
+        "state_copy(variant='PAD-CLOBBER'): _copy_one_state(PAD_CLOBBER=True) -> size = "
+        "BLOCK_STRIDE instead of INNER*ELEM",
+        "wrong when the block stride is padded"),
+)
+
+BY_ID = {e.id: e for e in ZOO}
+
+
+def entry(zoo_id: str) -> ZooEntry:
+    try:
+        return BY_ID[zoo_id]
+    except KeyError:
+        raise KeyError(f"unknown zoo id {zoo_id!r}; known: {', '.join(BY_ID)}") from None

@@ -1,0 +1,222 @@
+"""The engine: verdicts, the fuzz loop, shrinking, crash files, replay."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import strategies
+from kernels import registry
+from mambafuzz import crashes
+from mambafuzz.cases import BatchCopyCase
+from mambafuzz.engine import run_case
+from mambafuzz.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.materialize import fill_bytes, materialize
+from mambafuzz.replay import replay
+
+LEFT_SHIFT = BatchCopyCase(arena_size=128, copies=((16, 8, 24),), seed=3)  # 24 bytes moved left by 8
+RIGHT_SHIFT = BatchCopyCase(arena_size=128, copies=((8, 16, 24),), seed=3)
+
+
+def _opts(tmp_path, **kw):
+    base = dict(device="cpu", mode="race", reps=1, max_examples=60, seed=0,
+                database=str(tmp_path / "db"), crashes_dir=tmp_path / "crashes", shrink_budget=30)
+    base.update(kw)
+    return FuzzOptions(**base)
+
+
+def _python_memmove(src_ptrs, dst_ptrs, sizes, *, arena):
+    """A correct user kernel: memmove through a clone."""
+    base = arena.data_ptr()
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+
+
+def _forward_bytes(src_ptrs, dst_ptrs, sizes, *, arena):
+    """A byte-at-a-time forward copy: right for left overlaps, wrong for right ones."""
+    base = arena.data_ptr()
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        for i in range(n):
+            arena[d - base + i] = arena[s - base + i]
+
+
+def test_materialized_snapshot_and_expectation_from_the_oracle():
+    m = materialize(LEFT_SHIFT, "cpu")
+    data = fill_bytes(3, 128)
+    assert np.array_equal(m.snapshot, data)
+    want = data.copy()
+    want[8:32] = data[16:40]  # hand-worked: the 24 bytes at 16.. land at 8..
+    assert np.array_equal(m.expected, want)
+
+
+def test_verdicts_on_hand_made_cases():
+    assert not run_case(_python_memmove, RIGHT_SHIFT, "cpu").failed
+    v = run_case(_forward_bytes, RIGHT_SHIFT, "cpu", reps=3)
+    assert v.failed and v.kind == "mismatch" and (v.failures, v.reps) == (3, 3)
+    # dst 16.., src 8..: byte 16+8 is read after being overwritten, so the first difference is at 24
+    assert v.mismatch.first[0]["offset"] == 24
+    assert "row 0 dst byte 8" in v.mismatch.first[0]["where"]
+    assert v.mismatch.count == 16
+
+
+def test_torch_path_and_triton_kernel_pass_where_the_buggy_copy_fails():
+    for name in ("triton.batch_memcpy", "torch.batch_memcpy"):
+        assert not run_case(registry.get(name).fn, RIGHT_SHIFT, "cpu", mode="race").failed, name
+
+
+def test_a_faulting_target_is_a_finding_not_a_crash():
+    def boom(src_ptrs, dst_ptrs, sizes, *, arena):
+        raise RuntimeError("illegal memory access")
+
+    v = run_case(boom, LEFT_SHIFT, "cpu")
+    assert v.kind == "fault" and "illegal memory access" in v.fault
+
+
+def test_wild_pointer_is_fenced_on_the_cpu(tmp_path):
+    """A kernel told to write far outside the arena is stopped before it touches memory."""
+    from kernels.batch_memcpy import batch_memcpy
+
+    def wild(src_ptrs, dst_ptrs, sizes, *, arena):
+        batch_memcpy(src_ptrs, dst_ptrs + (1 << 40), sizes)
+
+    v = run_case(wild, LEFT_SHIFT, "cpu", mode="compare")
+    assert v.failed and v.hazards and v.hazards[0].kind == "out-of-bounds"
+
+
+def test_fuzz_finds_shrinks_saves_and_replays(tmp_path):
+    target = registry.Target(name="user.forward", contract="batch_memcpy", kind="user", overlap="full",
+                             description="forward byte copy", fn=_forward_bytes)
+    report = fuzz_target(target, _opts(tmp_path, mode="compare"))
+    f = report.finding
+    assert f is not None and report.written
+    # shrunk: one row, a right overlap that needs only a few bytes to show
+    assert len(f.case.copies) == 1
+    src, dst, n = f.case.copies[0]
+    assert src < dst < src + n and n <= 16, f.case.copies
+    body = json.loads(f.path.read_text())
+    assert body["schema"] == crashes.CRASH_SCHEMA and body["target"] == "user.forward"
+    assert body["verdict"]["mismatch"]["count"] >= 1
+    assert body["replay"].startswith("mambafuzz replay ")
+    assert f.path.parent == tmp_path / "crashes" / "batch_memcpy" / "user.forward"
+    # a second session finds the same case through the example database and does not write it again
+    again = fuzz_target(target, _opts(tmp_path, mode="compare", seed=5))
+    assert again.finding is not None and not again.written
+    assert again.finding.examples_to_first == 1
+    assert len(list((tmp_path / "crashes").rglob("*.json"))) == 1
+
+
+def test_correct_user_kernel_passes_the_same_fuzzing(tmp_path):
+    target = registry.Target(name="user.memmove", contract="batch_memcpy", kind="user", overlap="full",
+                             description="clone copy", fn=_python_memmove)
+    report = fuzz_target(target, _opts(tmp_path, max_examples=40))
+    assert report.finding is None and report.examples == 40 and not report.rejected
+
+
+def test_left_only_kernel_is_only_given_left_overlaps(tmp_path):
+    target = registry.Target(name="user.left", contract="batch_memcpy", kind="user", overlap="left",
+                             description="forward byte copy", fn=_forward_bytes)
+    assert fuzz_target(target, _opts(tmp_path, mode="compare", max_examples=80)).finding is None
+
+
+def test_replay_still_failing_then_fixed_against_the_correct_kernel(tmp_path):
+    zoo = registry.get("zoo.TAIL-DROP")
+    report = fuzz_target(zoo, _opts(tmp_path))
+    assert report.finding is not None and report.finding.verdict.kind == "mismatch"
+    rows = replay([tmp_path / "crashes"], device="cpu")
+    assert [r.status for r in rows] == ["still failing"]
+    fixed = replay([tmp_path / "crashes"], device="cpu", against=registry.get("triton.batch_memcpy"))
+    assert [r.status for r in fixed] == ["fixed"]
+
+
+def test_non_reproducing_failure_keeps_the_best_case(tmp_path):
+    """A 'race' that shows once and never again: the session keeps that case and its rate."""
+    calls = {"n": 0}
+
+    def once(src_ptrs, dst_ptrs, sizes, *, arena):
+        calls["n"] += 1
+        _python_memmove(src_ptrs, dst_ptrs, sizes, arena=arena)
+        if calls["n"] == 3:
+            arena[0] ^= 0xFF  # corrupt once
+
+    target = registry.Target(name="user.once", contract="batch_memcpy", kind="user", overlap="full",
+                             description="flaky", fn=once)
+    report = fuzz_target(target, _opts(tmp_path, mode="compare", database=None))
+    assert report.finding is not None
+    assert report.finding.verdict.failures == 1 and report.finding.examples_to_first == 3
+
+
+def test_ctrl_c_keeps_what_was_found(tmp_path):
+    calls = {"n": 0}
+
+    def interrupted(src_ptrs, dst_ptrs, sizes, *, arena):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt
+        _forward_bytes(src_ptrs, dst_ptrs, sizes, arena=arena)
+        arena[0] ^= 0xFF
+
+    target = registry.Target(name="user.ctrlc", contract="batch_memcpy", kind="user", overlap="full",
+                             description="interrupted", fn=interrupted)
+    report = fuzz_target(target, _opts(tmp_path, mode="compare", database=None))
+    assert report.interrupted and report.finding is not None and report.written
+    assert report.finding.path.exists()
+
+
+def test_time_budget_stops_the_session(tmp_path):
+    target = registry.get("torch.batch_memcpy")
+    start = time.monotonic()
+    report = fuzz_target(target, _opts(tmp_path, max_examples=100_000, time_budget=2.0, mode="compare"))
+    assert report.finding is None and report.examples > 0
+    assert time.monotonic() - start < 15
+
+
+@pytest.mark.parametrize("body, message", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": 99, "target": "x"}', "crash schema 99"),
+    ('{"schema": 1}', "missing"),
+    ('[]', "JSON object"),
+])
+def test_bad_crash_files_are_named(tmp_path, body, message):
+    path = tmp_path / "bad.json"
+    path.write_text(body)
+    with pytest.raises(crashes.CrashFileError, match=message):
+        crashes.load(path)
+    rows = replay([path], device="cpu")
+    assert rows[0].status == "could not run" and message.split()[0] in rows[0].reason
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from mambafuzz.crashes import atomic_write_json
+    body = {"schema": 1, "payload": "x" * 200000}
+    i = 0
+    while True:
+        atomic_write_json(Path(sys.argv[1]) / f"c{i % 3}.json", body)
+        i += 1
+""")
+
+
+def test_kill_9_never_leaves_a_partial_crash_file(tmp_path):
+    for attempt in range(5):
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)])
+        time.sleep(0.3 + 0.07 * attempt)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for path in tmp_path.glob("*.json"):
+            assert json.loads(path.read_text())["schema"] == 1  # whole, or not there at all
+
+
+def test_hypothesis_database_is_keyed_per_target(tmp_path):
+    """Two targets with one database do not replay each other's failures as their own."""
+    zoo = registry.get("zoo.TAIL-DROP")
+    fuzz_target(zoo, _opts(tmp_path))
+    clean = fuzz_target(registry.get("triton.batch_memcpy"), _opts(tmp_path, max_examples=5))
+    assert clean.finding is None
