@@ -1,12 +1,14 @@
-"""pytest setup: the CPU runs Triton kernels through the interpreter.
+"""pytest setup: choose interpreted (CPU, default) or compiled (GPU) Triton.
 
 ``TRITON_INTERPRET`` must be set before any kernel module is imported (Triton
 decides compiled-or-interpreted at ``@triton.jit`` time), so it is set here,
-first.  Tests marked ``gpu`` are skipped without a CUDA device.
+first.  ``MAMBAFUZZ_DEVICE=cuda pytest -m gpu`` runs the compiled GPU tests;
+otherwise everything runs through the interpreter and ``gpu`` tests are skipped.
 """
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+GPU_RUN = os.environ.get("MAMBAFUZZ_DEVICE") == "cuda"
+os.environ["TRITON_INTERPRET"] = "0" if GPU_RUN else os.environ.get("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 
@@ -17,9 +19,8 @@ def pytest_collection_modifyitems(config, items):
         has_cuda = torch.cuda.is_available()
     except Exception:  # pragma: no cover - torch missing or broken
         has_cuda = False
-    if has_cuda:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not (GPU_RUN and has_cuda):
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU and MAMBAFUZZ_DEVICE=cuda"))
+        elif "gpu" not in item.keywords and GPU_RUN:
+            item.add_marker(pytest.mark.skip(reason="CPU test; this run compiles kernels for the GPU"))
