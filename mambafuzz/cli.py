@@ -20,7 +20,7 @@ from .errors import UsageError
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -86,6 +86,13 @@ def _database(db) -> ExampleDatabase | None:
     return DirectoryBasedExampleDatabase(str(db))
 
 
+def _keep(state: dict, case: Case, verdict: Verdict) -> None:
+    """Keep the smallest failing case seen (ties go to the newer, simpler draw)."""
+    best = state["best"]
+    if best is None or case.size <= best[0].size:
+        state["best"] = (case, verdict)
+
+
 def _reduce(target, opts: FuzzOptions, state: dict) -> None:
     """Case-level reduction of the shrunk failure, inside the same shrink budget."""
     def still_fails(case: Case) -> bool:
@@ -94,10 +101,10 @@ def _reduce(target, opts: FuzzOptions, state: dict) -> None:
         except CaseError:
             return False
         if verdict.failed:
-            state["last"] = (case, verdict)
+            _keep(state, case, verdict)
         return verdict.failed
 
-    case, tried = reduce_case(state["last"][0], still_fails,
+    case, tried = reduce_case(state["best"][0], still_fails,
                               lambda: time.monotonic() - state["first_at"] <= opts.shrink_budget)
     state["shrinks"] += tried
 
@@ -108,11 +115,11 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
     strategy = strategies.for_contract(target.contract, profile=opts.profile, overlap=target.overlap)
     start = time.monotonic()
     deadline = start + opts.time_budget if opts.time_budget else None
-    state: dict = {"last": None, "first_at": None, "first_examples": 0, "shrinks": 0}
+    state: dict = {"best": None, "first_at": None, "first_examples": 0, "shrinks": 0}
 
     def body(case: Case) -> None:
         now = time.monotonic()
-        if state["last"] is not None:
+        if state["best"] is not None:
             if now - state["first_at"] > opts.shrink_budget:
                 return  # out of shrink budget: report the smallest failure so far
             state["shrinks"] += 1
@@ -130,15 +137,18 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         if progress:
             progress(report)
         if verdict.failed:
-            if state["last"] is None:
+            first = state["best"] is None
+            if first:
                 state["first_at"] = time.monotonic()
                 state["first_examples"] = report.examples
-            state["last"] = (case, verdict)
+            _keep(state, case, verdict)
+            if first:  # big case-level cuts first; Hypothesis then shrinks the draws
+                _reduce(target, opts, state)
             raise _CaseFailed(verdict.summary())
 
     chunk_index = 0
     try:
-        while report.examples < opts.max_examples and state["last"] is None:
+        while report.examples < opts.max_examples and state["best"] is None:
             if deadline is not None and time.monotonic() > deadline:
                 break
             n = min(CHUNK, opts.max_examples - report.examples)
@@ -159,18 +169,18 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                 pass
             except Unsatisfiable:
                 pass
-            if report.examples == before and state["last"] is None:
+            if report.examples == before and state["best"] is None:
                 break  # the strategy is exhausted (or every draw was rejected)
     except KeyboardInterrupt:
         report.interrupted = True
-    if state["last"] is not None and not report.interrupted:
-        try:
+    if state["best"] is not None and not report.interrupted:
+        try:  # again, on what Hypothesis shrank to
             _reduce(target, opts, state)
         except KeyboardInterrupt:
             report.interrupted = True
     report.seconds = time.monotonic() - start
-    if state["last"] is not None:
-        case, verdict = state["last"]
+    if state["best"] is not None:
+        case, verdict = state["best"]
         report.finding = crashes.Finding(
             target=target.name, contract=target.contract, device=opts.device, mode=opts.mode, case=case,
             verdict=verdict, examples_to_first=state["first_examples"],

@@ -24,12 +24,17 @@ def _without(items: tuple, i: int) -> tuple:
 
 
 def candidates(case: Case) -> Iterator[Case]:
-    """Strictly smaller cases, biggest cuts first."""
+    """Strictly smaller cases, biggest cuts first (the race amplification first of all)."""
+    if getattr(case, "perturb", None) is not None:
+        yield dataclasses.replace(case, perturb=None)
     if isinstance(case, BatchCopyCase):
         for i in range(len(case.copies)):
             if len(case.copies) > 1:
                 yield dataclasses.replace(case, copies=_without(case.copies, i))
         for i, (src, dst, n) in enumerate(case.copies):
+            if abs(src - dst) > 1:  # a smaller shift, inside the row's own footprint
+                for src2 in (dst + (src - dst) // 2, src - (1 if src > dst else -1)):
+                    yield dataclasses.replace(case, copies=case.copies[:i] + ((src2, dst, n),) + case.copies[i + 1:])
             if n > 1:  # fewer bytes in a row, same overlap geometry
                 for smaller in sorted({n // 2, n - 1, min(n - 1, 16)}, reverse=False):
                     if 0 < smaller < n:

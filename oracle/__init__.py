@@ -1,0 +1,19 @@
+"""Pure-numpy reference oracle for kernels that move recurrent state (SPEC 2).
+
+Every expectation is computed from an unmodified snapshot of the arena (a 1-D
+``np.uint8`` array), never from a second implementation run in place.  This
+package imports only numpy and the standard library.
+"""
+from .errors import IllPosedBatch, OracleError
+from .memmove import check_batch, expect_batch, expect_memmove, find_batch_conflict
+from .pools import ELEM_SIZES, LAYOUT_KINDS, PoolLayout
+from .state_copy import apply_state_copy, expect_state_copies
+from .align import AlignDecision, decide, expect_postprocess
+
+__all__ = [
+    "OracleError", "IllPosedBatch",
+    "expect_memmove", "find_batch_conflict", "check_batch", "expect_batch",
+    "LAYOUT_KINDS", "ELEM_SIZES", "PoolLayout",
+    "apply_state_copy", "expect_state_copies",
+    "AlignDecision", "decide", "expect_postprocess",
+]

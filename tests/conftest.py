@@ -11,6 +11,11 @@ GPU_RUN = os.environ.get("MAMBAFUZZ_DEVICE") == "cuda"
 os.environ["TRITON_INTERPRET"] = "0" if GPU_RUN else os.environ.get("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests are deterministic in CI: a red run must be reproducible, a green one must not be luck.
+settings.register_profile("mambafuzz-tests", derandomize=True, deadline=None, print_blob=True)
+settings.load_profile("mambafuzz-tests")
 
 
 def pytest_collection_modifyitems(config, items):

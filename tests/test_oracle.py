@@ -445,8 +445,14 @@ def test_find_batch_conflict_many_copies_is_fast():
     sizes = np.full(n, 56)
     t0 = time.perf_counter()
     assert find_batch_conflict(src, dst, sizes) is None
-    sizes[order[n // 2]] = 65  # now copy order[n//2] writes the first byte of its neighbour
-    assert find_batch_conflict(src, dst, sizes) == (order[n // 2], order[n // 2 + 1], (n // 2 + 1) * 64)
+    k = 12345  # copy k sits at byte order[k] * 64; its right neighbour is the copy at the next slot
+    pos = int(order[k])
+    assume_ok = pos + 1 < n
+    assert assume_ok
+    neighbour = int(np.flatnonzero(order == pos + 1)[0])
+    sizes[k] = 65  # now copy k writes (and reads) the first byte of its neighbour, which writes it too
+    i, j, off = find_batch_conflict(src, dst, sizes)
+    assert {i, j} == {k, neighbour} and off == (pos + 1) * 64
     assert time.perf_counter() - t0 < 10
 
 
@@ -567,6 +573,7 @@ def mixed_pools(draw):
                            row_stride=rs, group=group)
         pools.append(p)
         pos += p.nbytes + 8 * draw(st.integers(0, 2))
+        pos = -(-pos // 8) * 8  # the next pool's offset is a multiple of any element size
     return pools, pos
 
 
@@ -616,21 +623,28 @@ def test_state_copies_many_requests(pp, data):
 @given(mixed_pools(), st.data())
 def test_two_requests_writing_one_block_are_reported(pp, data):
     pools, size = pp
+    bt = np.zeros((2, 2, 2), np.int32)
+    bt[:, 0] = [0, 3]  # request 0: column 0 = block 0, column 1 = block 3
+    bt[:, 1] = [1, 3]  # request 1: column 0 = block 1, column 1 = block 3
+    snap = frozen(np.zeros(size, np.uint8))
+    # every state, bias 0: every state of both requests writes all of block 3
+    with pytest.raises(IllPosedBatch) as ei:
+        expect_state_copies(snap, pools, bt, [0, 0], [1, 1], [0, 0])
+    e = ei.value
+    # the lowest conflicting byte is the first data byte of block 3 of the first pool in the arena
+    first = min(range(len(pools)), key=lambda s: pools[s].offset)
+    assert (e.first, e.second, e.offset) == ((0, first), (1, first), pools[first].block_offset(3))
+    # one state with a bias: still both write block 3 (temporal: column 0+1 = block 3 onto itself)
     s = data.draw(st.integers(0, len(pools) - 1))
     pool = pools[s]
-    bias = 0 if pool.kind == "temporal" else data.draw(st.integers(0, pool.state_len - 1))
-    bt = np.zeros((2, 2, 2), np.int32)
-    bt[:, 0] = [0, 3]  # request 0: block 0 -> block 3
-    bt[:, 1] = [1, 3]  # request 1: block 1 -> block 3
-    snap = frozen(np.zeros(size, np.uint8))
+    bias = data.draw(st.integers(0, 1 if pool.kind == "temporal" else pool.state_len - 1))
     with pytest.raises(IllPosedBatch) as ei:
-        expect_state_copies(snap, pools, bt, [0, 0], [1, 1], [bias, bias])
+        expect_state_copies(snap, [pool], bt, [0, 0], [1, 1], [bias, bias])
     e = ei.value
-    assert isinstance(e.first, tuple) and isinstance(e.second, tuple) and e.first[0] != e.second[0]
-    # the lowest conflicting byte is the first data byte of block 3 of the first pool in the arena
-    first_pool = min(pools, key=lambda p: p.offset)
-    assert e.offset == first_pool.block_offset(3)
-    assert e.first[1] == e.second[1] == pools.index(first_pool)
+    assert (e.first, e.second, e.offset) == ((0, 0), (1, 0), pool.block_offset(3))
+    # and it is legal once request 1 writes its own block
+    bt[:, 1] = [1, 2]
+    expect_state_copies(snap, [pool], bt, [0, 0], [1, 1], [bias, bias])
 
 
 # ---------------------------------------------------------------- align-mode properties
@@ -769,6 +783,32 @@ def test_layout_is_frozen_and_hashable():
     with pytest.raises(AttributeError):
         p.offset = 8  # type: ignore[misc]
     assert oracle.LAYOUT_KINDS == ("conv_sd", "conv_ds", "temporal")
+
+
+def test_numpy_integer_fields_do_not_wrap():
+    # int32 fields from a block table must not wrap when a block starts past 2 GiB
+    p = PoolLayout("temporal", np.int32(0), np.int32(3), np.int32(2**30), np.int32(4), inner=np.array([2, 3]))
+    assert p.block_offset(np.int32(2)) == 2**31 and type(p.block_offset(2)) is int
+    assert p.inner == (2, 3) and p == PoolLayout("temporal", 0, 3, 2**30, 4, inner=(2, 3))
+
+
+def test_ill_posed_batch_pickles():
+    import pickle
+    e = pickle.loads(pickle.dumps(IllPosedBatch((0, 1), (2, 0), 7, "writes")))
+    assert (e.first, e.second, e.offset, e.access) == ((0, 1), (2, 0), 7, "writes")
+    assert str(e) == "ill-posed batch: copy (request 0, state 1) writes byte 7 that copy (request 2, state 0) writes"
+    assert isinstance(e, OracleError) and isinstance(e, ValueError)
+
+
+def test_bench_runs(capsys):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import oracle_bench
+    finally:
+        sys.path.pop(0)
+    oracle_bench.main(["--arena-mib", "1", "--rows", "16", "--reps", "1", "--markdown"])
+    out = capsys.readouterr().out
+    assert "| case | oracle GB/s | numpy GB/s | ratio |" in out and "(d) expect_batch 256 rows" in out
 
 
 def test_oracle_imports_only_numpy():

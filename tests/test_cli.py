@@ -1,0 +1,134 @@
+"""The `mambafuzz` command end to end, in subprocesses as a user runs it."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mf(*args, cwd, env_extra=None, timeout=600):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", "COLUMNS": "200"}
+    env.pop("TRITON_INTERPRET", None)  # the CLI chooses the mode itself
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "mambafuzz.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_list_json(tmp_path):
+    proc = mf("list", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    targets = {t["name"]: t for t in json.loads(proc.stdout)}
+    assert targets["triton.batch_memcpy"]["kind"] == "correct"
+    zoo = [t for t in targets.values() if t["kind"] == "zoo"]
+    assert len(zoo) == 12 and all(t["bug"] for t in zoo)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["fuzz", "--target", "triton.nope"], ["unknown target", "triton.nope"]),
+    (["fuzz", "--target", "nosuchmodule:fn", "--contract", "batch_memcpy"], ["cannot import", "nosuchmodule"]),
+    (["fuzz", "--target", "json:dumps"], ["--contract"]),
+    (["fuzz", "--target", "zoo.*", "--device", "cpu", "--mode", "race", "--reps", "0"], ["positive"]),
+    (["fuzz", "--target", "triton.*", "--device", "cuda"], ["cuda"]),
+    (["replay", "missing.json"], ["missing.json"]),
+    (["fuzz", "--target", "xyz*"], ["matches nothing"]),
+])
+def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, needles):
+    one_line_error(mf(*args, cwd=tmp_path), *needles)
+
+
+def test_unwritable_crashes_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    one_line_error(mf("smoke", "--crashes-dir", str(blocker / "sub"), cwd=tmp_path), "not writable")
+
+
+def test_replay_bad_files_exit_2(tmp_path):
+    (tmp_path / "newer.json").write_text(json.dumps({"schema": 99}))
+    proc = mf("replay", "newer.json", "--json", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "crash schema 99" in json.loads(proc.stdout)[0]["reason"]
+
+
+def test_zoo_variant_found_saved_replayed_and_fixed(tmp_path):
+    proc = mf("zoo", "--target", "zoo.TAIL-DROP", "--seed", "1", "--json", "--crashes-dir", "crashes",
+              cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)["variants"][0]
+    assert row["caught"] and row["kind"] == "mismatch"
+    path = tmp_path / row["path"]
+    body = json.loads(path.read_text())
+    assert body["case"]["copies"] and len(body["case"]["copies"]) == 1
+    replay = mf("replay", "crashes", "--json", cwd=tmp_path)
+    assert replay.returncode == 1 and json.loads(replay.stdout)[0]["status"] == "still failing"
+    fixed = mf("replay", str(path), "--against", "triton.batch_memcpy", "--json", cwd=tmp_path)
+    assert fixed.returncode == 0 and json.loads(fixed.stdout)[0]["status"] == "fixed"
+    # the recorded replay command works as written
+    cmd = body["replay"].split()
+    assert cmd[:2] == ["mambafuzz", "replay"]
+    again = mf(*cmd[1:], cwd=tmp_path)
+    assert again.returncode == 1 and "still failing" in again.stdout
+
+
+def test_user_kernel_adapter(tmp_path):
+    (tmp_path / "userk.py").write_text(textwrap.dedent('''
+        def forward_copy(src_ptrs, dst_ptrs, sizes, *, arena):
+            """Byte-wise forward copy: a left-overlap-only kernel."""
+            base = arena.data_ptr()
+            for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+                for i in range(n):
+                    arena[d - base + i] = arena[s - base + i]
+    '''))
+    ok = mf("fuzz", "--target", "userk:forward_copy", "--contract", "batch_memcpy", "--overlap", "left",
+            "--max-examples", "30", "--seed", "2", "--json", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    bad = mf("fuzz", "--target", "userk:forward_copy", "--contract", "batch_memcpy", "--overlap", "full",
+             "--max-examples", "60", "--seed", "2", "--json", cwd=tmp_path)
+    assert bad.returncode == 1, bad.stderr
+    finding = json.loads(bad.stdout)["targets"][0]["finding"]
+    (src, dst, n), = finding["case"]["copies"]
+    assert src < dst < src + n  # a right overlap, shrunk to one row
+
+
+def test_state_copy_user_adapter_gets_the_documented_arguments(tmp_path):
+    (tmp_path / "userstate.py").write_text(textwrap.dedent('''
+        from kernels import registry
+        SEEN = []
+        def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles, arena):
+            """Delegates to the torch path after checking the documented argument shapes."""
+            assert meta.shape[1] == 8 and block_tables.dim() == 3
+            assert src_cols.shape == dst_cols.shape == biases.shape
+            registry.get("torch.state_copy").fn(meta, block_tables, src_cols, dst_cols, biases,
+                                                num_tiles=num_tiles, arena=arena)
+    '''))
+    proc = mf("fuzz", "--target", "userstate:state_copy", "--contract", "state_copy", "--max-examples", "25",
+              "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["targets"][0]["examples"] == 25
+
+
+def test_smoke_passes_on_the_correct_kernels(tmp_path):
+    proc = mf("smoke", "--max-examples", "15", "--seed", "4", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    body = json.loads(proc.stdout)
+    assert body["mode"] == "race"
+    names = {t["target"] for t in body["targets"]}
+    assert {"triton.batch_memcpy", "triton.state_copy", "triton.postprocess"} <= names
+    assert all(t["status"] == "clean" and t["examples"] == 15 for t in body["targets"])
+
+
+def test_selfcheck(tmp_path):
+    proc = mf("selfcheck", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.count("ok") == 4
