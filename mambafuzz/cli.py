@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,10 +58,19 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--crashes-dir", type=Path, default=Path("crashes"))
     p.add_argument("--database", default=".mambafuzz/examples",
-                   help="Hypothesis example database directory ('none' to disable)")
+                   help="Hypothesis example database: a directory, redis://HOST:PORT, or 'none'")
     p.add_argument("--profile", choices=("cpu", "gpu"), default=None,
                    help="case sizes (default: cpu on cpu, gpu on cuda)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                   help="run targets in worker processes that a fault or hang cannot take down "
+                        "(default: on for fuzz, off for smoke and zoo)")
+    p.add_argument("--gpus", default=None, metavar="all|N",
+                   help="one worker per GPU (implies --isolate and --device cuda)")
+    p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
+    p.add_argument("--hang-timeout", type=_positive(float), default=120.0, metavar="SECONDS",
+                   help="a worker silent this long in one case is a hang finding")
+    p.add_argument("--fresh", action="store_true", help="ignore a saved, interrupted session with these options")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +118,9 @@ def _fuzz_options(args, device: str):
     reps = args.reps or (1 if device == "cpu" else 100)
     profile = strategies.PROFILES[args.profile or ("cpu" if device == "cpu" else "gpu")]
     database = None if str(args.database).lower() == "none" else args.database
+    if database is not None and str(database).startswith("redis://"):
+        from .fuzz import check_redis
+        check_redis(database)
     crashes_dir = args.crashes_dir
     _check_writable(crashes_dir)
     return FuzzOptions(device=device, mode=mode, reps=reps, max_examples=args.max_examples,
@@ -155,9 +169,53 @@ def _report_json(r) -> dict:
     return body
 
 
-def _run_targets(targets, opts, *, json_out: bool, title: str):
+def _gpu_list(spec: str | None, device: str) -> list[int] | None:
+    if spec is None:
+        return None
+    if device != "cuda":
+        raise UsageError("--gpus needs --device cuda")
+    import torch
+    present = torch.cuda.device_count()
+    want = present if spec == "all" else None
+    if want is None:
+        try:
+            want = int(spec)
+        except ValueError:
+            raise UsageError(f"--gpus takes 'all' or a count, got {spec!r}") from None
+    if not 1 <= want <= present:
+        raise UsageError(f"--gpus {spec}: this machine has {present} GPU(s)")
+    return list(range(want))
+
+
+def _run_isolated(targets, opts, args, device: str, *, json_out: bool, title: str):
+    """Targets in worker processes (one per GPU with --gpus), resumable, live view on stderr."""
+    from .session import Session, SessionOptions, plain_options
+
+    gpus = _gpu_list(args.gpus, device)
+    per_target = opts.time_budget / len(targets) if opts.time_budget and targets else None
+    entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
+                "time_budget": per_target} for t in targets]
+    sopts = SessionOptions(device=device, options={**plain_options(opts), "time_budget": None},
+                           workers=args.workers, gpus=gpus, hang_timeout=args.hang_timeout, fresh=args.fresh)
+    live_console = Console(stderr=True, quiet=json_out)
+    with Live(_report_table([], title), console=live_console, refresh_per_second=4) as live:
+        session = Session(entries, sopts, on_update=lambda reps: live.update(_report_table(list(reps.values()),
+                                                                                        title)))
+        if session.resumed():
+            err.print(f"resuming a saved session: {len(session.resumed())} target(s) already done "
+                      f"({', '.join(session.resumed())}); --fresh starts over")
+        reports = session.run()
+        live.update(_report_table(reports, title))
+    return reports
+
+
+def _run_targets(targets, opts, *, json_out: bool, title: str, args=None, device: str = "cpu",
+                 isolate: bool = False):
     """Fuzz each target in turn under a live view; Ctrl-C stops cleanly, keeping what was found."""
     from .fuzz import TargetReport, fuzz_target
+
+    if isolate or (args is not None and args.gpus):
+        return _run_isolated(targets, opts, args, device, json_out=json_out, title=title)
 
     reports: list[TargetReport] = []
     start = time.monotonic()
@@ -187,6 +245,10 @@ def _run_targets(targets, opts, *, json_out: bool, title: str):
             reports.append(report)
             live.update(render())
             if report.interrupted:
+                break
+            if report.context_lost:
+                live_console.print("[red]the CUDA context is broken by a fault; the remaining targets need a "
+                                   "new process (use --isolate)[/]")
                 break
     return reports
 
@@ -219,7 +281,9 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     else:
         targets = resolve(args.target, contract=args.contract, overlap=args.overlap)
     opts = _fuzz_options(args, device)
-    reports = _run_targets(targets, opts, json_out=args.json, title=f"mambafuzz {args.command} ({device}, {opts.mode})")
+    isolate = args.isolate if args.isolate is not None else not smoke
+    reports = _run_targets(targets, opts, json_out=args.json, title=f"mambafuzz {args.command} ({device}, {opts.mode})",
+                           args=args, device=device, isolate=isolate)
     findings = [r for r in reports if r.finding]
     interrupted = any(r.interrupted for r in reports)
     if args.json:
@@ -247,7 +311,8 @@ def cmd_zoo(args) -> int:
 
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
     opts = _fuzz_options(args, device)
-    reports = _run_targets(targets, opts, json_out=args.json, title=f"mambafuzz zoo ({device}, {opts.mode})")
+    reports = _run_targets(targets, opts, json_out=args.json, title=f"mambafuzz zoo ({device}, {opts.mode})",
+                           args=args, device=device, isolate=bool(args.isolate))
     rows = []
     for t, r in zip(targets, reports):
         f = r.finding
@@ -321,8 +386,14 @@ COMMANDS = {"list": cmd_list, "fuzz": cmd_fuzz, "smoke": lambda a: cmd_fuzz(a, s
             "replay": cmd_replay, "selfcheck": cmd_selfcheck}
 
 
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM stops a session like Ctrl-C: what was found is kept, state is saved
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm)
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:

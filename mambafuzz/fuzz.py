@@ -24,7 +24,7 @@ import strategies
 from . import crashes
 from .cases import Case
 from .engine import Verdict, run_case
-from .errors import CaseError
+from .errors import CaseError, UsageError
 from .reduce import reduce_case
 
 CHUNK = 20
@@ -45,6 +45,7 @@ class TargetReport:
     finding: crashes.Finding | None = None
     written: bool = False
     interrupted: bool = False
+    context_lost: bool = False  # a CUDA fault broke the context: nothing more can run in this process
     error: str | None = None
     rejected: list[str] = field(default_factory=list)
 
@@ -80,9 +81,26 @@ def _seed_hypothesis(seed: int) -> None:
         local._hypothesis_global_random = random.Random(seed)
 
 
+def check_redis(url: str) -> None:
+    """Fail early, in one line, when a Redis example database does not answer."""
+    try:
+        import redis
+    except ImportError:
+        raise UsageError("a redis:// database needs the 'redis' package (pip install 'mambafuzz[redis]')") from None
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure to answer is the same answer for the user
+        raise UsageError(f"Redis database {url} does not answer: {exc}") from None
+
+
 def _database(db) -> ExampleDatabase | None:
     if db is None or isinstance(db, ExampleDatabase):
         return db
+    if str(db).startswith("redis://"):
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+
+        return RedisExampleDatabase(redis.Redis.from_url(str(db)))
     return DirectoryBasedExampleDatabase(str(db))
 
 
@@ -109,7 +127,8 @@ def _reduce(target, opts: FuzzOptions, state: dict) -> None:
     state["shrinks"] += tried
 
 
-def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], None] | None = None) -> TargetReport:
+def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], None] | None = None,
+                before_case: Callable[[Case], None] | None = None) -> TargetReport:
     """Fuzz one target until a finding, the example count, or the time budget."""
     report = TargetReport(target.name, target.contract)
     strategy = strategies.for_contract(target.contract, profile=opts.profile, overlap=target.overlap)
@@ -119,12 +138,16 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
 
     def body(case: Case) -> None:
         now = time.monotonic()
+        if report.context_lost:
+            return  # every later launch would fault too: keep the case that broke the context
         if state["best"] is not None:
             if now - state["first_at"] > opts.shrink_budget:
                 return  # out of shrink budget: report the smallest failure so far
             state["shrinks"] += 1
         elif deadline is not None and now > deadline:
             assume(False)  # out of time: let Hypothesis run out of examples quietly
+        if before_case is not None:
+            before_case(case)
         try:
             verdict = run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
         except CaseError as exc:  # the strategy drew something the oracle rejects: our bug, say so
@@ -137,12 +160,14 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         if progress:
             progress(report)
         if verdict.failed:
+            if opts.device == "cuda" and verdict.kind == "fault":
+                report.context_lost = True
             first = state["best"] is None
             if first:
                 state["first_at"] = time.monotonic()
                 state["first_examples"] = report.examples
             _keep(state, case, verdict)
-            if first:  # big case-level cuts first; Hypothesis then shrinks the draws
+            if first and not report.context_lost:  # big case-level cuts first; Hypothesis then shrinks the draws
                 _reduce(target, opts, state)
             raise _CaseFailed(verdict.summary())
 
@@ -173,7 +198,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                 break  # the strategy is exhausted (or every draw was rejected)
     except KeyboardInterrupt:
         report.interrupted = True
-    if state["best"] is not None and not report.interrupted:
+    if state["best"] is not None and not (report.interrupted or report.context_lost):
         try:  # again, on what Hypothesis shrank to
             _reduce(target, opts, state)
         except KeyboardInterrupt:

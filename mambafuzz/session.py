@@ -1,0 +1,354 @@
+"""Long sessions that survive: targets run in worker processes.
+
+A kernel that faults (an illegal address, a misaligned u64 load) leaves the CUDA
+context broken for every later call; a kernel that hangs stops everything; a
+process can die outright.  So the session runs targets in worker processes and
+watches them.  Each worker announces every case before it runs it; when a
+worker dies, or sends nothing for `hang_timeout` seconds, the case in flight is
+the finding (kind `crash` or `hang`), saved like any other, and a fresh worker
+takes the remaining targets.  With several GPUs one worker runs per GPU (all
+sharing the example database and crashes/); their counts are added up per
+target.  The session's progress is saved after every target, so an interrupted
+run (Ctrl-C, SIGTERM, time budget) resumes where it stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable
+
+from . import crashes
+from .cases import case_from_json
+from .crashes import Finding, atomic_write_json
+from .errors import UsageError
+
+EXIT_CONTEXT_LOST = 17
+
+
+@dataclass
+class VerdictInfo:
+    """A worker's verdict as the parent sees it: enough to report and replay."""
+
+    kind: str | None
+    text: str
+    failures: int = 0
+    reps: int = 0
+
+    def summary(self) -> str:
+        return self.text
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs, as plain data (it crosses a process boundary)."""
+
+    index: int
+    device: str
+    gpu: int | None
+    targets: list[dict]          # {"spec", "contract", "overlap"}
+    options: dict                # FuzzOptions fields, plain
+    seed_offset: int = 0
+
+
+# --------------------------------------------------------------------- worker
+def _worker_main(spec: WorkerSpec, conn) -> None:
+    """Runs in the child: fuzz each target, narrating every case to the parent."""
+    if spec.gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
+    from . import device as device_mod
+
+    device_mod.select(spec.device)
+    import strategies
+    from .fuzz import FuzzOptions, fuzz_target
+    from .targets import resolve
+
+    opts_fields = dict(spec.options)
+    opts_fields["profile"] = strategies.PROFILES[opts_fields["profile"]]
+    if opts_fields.get("seed") is not None:
+        opts_fields["seed"] += spec.seed_offset
+    conn.send(("hello", os.getpid()))
+    for entry in spec.targets:
+        try:
+            target = resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
+        except UsageError as exc:
+            conn.send(("report", {"target": entry["spec"], "contract": entry.get("contract") or "?",
+                                  "error": str(exc)}))
+            continue
+        opts = FuzzOptions(**{**opts_fields, "time_budget": entry.get("time_budget")})
+        conn.send(("target", target.name))
+        last = [0.0]
+
+        def before_case(case):
+            conn.send(("case", case.to_json()))
+
+        def progress(report):
+            now = time.monotonic()
+            if now - last[0] > 0.5:
+                last[0] = now
+                conn.send(("progress", _report_dict(report)))
+
+        report = fuzz_target(target, opts, progress, before_case=before_case)
+        conn.send(("report", _report_dict(report)))
+        if report.context_lost:
+            conn.close()
+            os._exit(EXIT_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
+        if report.interrupted:
+            break
+    conn.send(("bye", None))
+    conn.close()
+
+
+def _report_dict(report) -> dict:
+    body = {"target": report.target, "contract": report.contract, "examples": report.examples,
+            "reps": report.reps, "failed_reps": report.failed_reps, "seconds": report.seconds,
+            "interrupted": report.interrupted, "error": report.error, "rejected": report.rejected[:5],
+            "written": report.written}
+    f = report.finding
+    if f is not None:
+        body["finding"] = {"kind": f.verdict.kind, "summary": f.verdict.summary(), "case": f.case.to_json(),
+                           "failures": f.verdict.failures, "reps": f.verdict.reps,
+                           "path": str(f.path) if f.path else None, "examples_to_first": f.examples_to_first,
+                           "seconds_to_first": f.seconds_to_first, "shrink_examples": f.shrink_examples}
+    return body
+
+
+# --------------------------------------------------------------------- parent
+def _finding_from(body: dict, device: str, mode: str) -> Finding:
+    f = body["finding"]
+    found = Finding(target=body["target"], contract=body["contract"], device=device, mode=mode,
+                    case=case_from_json(f["case"]),
+                    verdict=VerdictInfo(f["kind"], f["summary"], f.get("failures", 0), f.get("reps", 0)),
+                    examples_to_first=f["examples_to_first"], seconds_to_first=f["seconds_to_first"],
+                    shrink_examples=f["shrink_examples"])
+    found.path = Path(f["path"]) if f.get("path") else None
+    return found
+
+
+@dataclass
+class SessionOptions:
+    device: str
+    options: dict                      # FuzzOptions fields, plain (profile by name)
+    workers: int = 1
+    gpus: list[int] | None = None
+    hang_timeout: float = 120.0
+    state_dir: Path | None = Path(".mambafuzz/sessions")
+    fresh: bool = False
+
+
+@dataclass
+class _Live:
+    spec: WorkerSpec
+    process: Any
+    conn: Any
+    remaining: list[dict]
+    current_target: str | None = None
+    current_case: dict | None = None
+    last_heard: float = field(default_factory=time.monotonic)
+
+
+def session_key(targets: list[dict], sopts: SessionOptions) -> str:
+    """Same targets and options -> same key -> resume from the same state file."""
+    body = {"targets": targets, "device": sopts.device,
+            "options": {k: v for k, v in sopts.options.items() if k not in ("time_budget",)}}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Session:
+    """Parent side: start workers, watch them, turn deaths and hangs into findings."""
+
+    def __init__(self, targets: list[dict], sopts: SessionOptions, on_update: Callable[[dict], None] | None = None):
+        from .fuzz import TargetReport
+
+        self.targets = targets
+        self.sopts = sopts
+        self.on_update = on_update or (lambda reports: None)
+        self.reports: dict[str, TargetReport] = {}
+        self.key = session_key(targets, sopts)
+        self.state_path = Path(sopts.state_dir) / f"{self.key}.json" if sopts.state_dir else None
+        self.done: set[str] = set()
+        self._partials: dict[str, dict] = {}
+        self.restarts = 0
+        self._TargetReport = TargetReport
+        if self.state_path and self.state_path.exists() and not sopts.fresh:
+            self._load_state()
+
+    # -- resume state
+    def _load_state(self) -> None:
+        try:
+            body = json.loads(self.state_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return
+        self.done = set(body.get("done", []))
+        for name, r in body.get("reports", {}).items():
+            rep = self._TargetReport(name, r.get("contract", "?"), examples=r.get("examples", 0),
+                                     reps=r.get("reps", 0), failed_reps=r.get("failed_reps", 0),
+                                     seconds=r.get("seconds", 0.0), error=r.get("error"))
+            if r.get("finding"):
+                rep.finding = _finding_from(r, self.sopts.device, self.sopts.options["mode"])
+            self.reports[name] = rep
+
+    def _save_state(self) -> None:
+        if not self.state_path:
+            return
+        body = {"key": self.key, "done": sorted(self.done), "reports": {
+            name: {**{k: getattr(r, k) for k in ("contract", "examples", "reps", "failed_reps", "seconds", "error")},
+                   **({"finding": _finding_json(r.finding)} if r.finding else {})}
+            for name, r in self.reports.items()}}
+        atomic_write_json(self.state_path, body)
+
+    def resumed(self) -> list[str]:
+        return sorted(self.done)
+
+    # -- running
+    def _start(self, index: int, gpu: int | None, remaining: list[dict], ctx) -> _Live:
+        spec = WorkerSpec(index=index, device=self.sopts.device, gpu=gpu, targets=remaining,
+                          options=self.sopts.options, seed_offset=7919 * index + 104729 * self.restarts)
+        parent_conn, child_conn = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=True)
+        process.start()
+        child_conn.close()
+        return _Live(spec, process, parent_conn, list(remaining))
+
+    def _merge(self, body: dict) -> None:
+        name = body["target"]
+        rep = self.reports.get(name)
+        if rep is None:
+            rep = self.reports[name] = self._TargetReport(name, body.get("contract", "?"))
+        # counts from several workers add up; each worker's messages are cumulative for that worker
+        partial = self._partials.setdefault(name, {})
+        partial[body.get("_worker")] = body
+        rep.examples = sum(b.get("examples", 0) for b in partial.values())
+        rep.reps = sum(b.get("reps", 0) for b in partial.values())
+        rep.failed_reps = sum(b.get("failed_reps", 0) for b in partial.values())
+        rep.seconds = max(b.get("seconds", 0.0) for b in partial.values())
+        rep.rejected = [m for b in partial.values() for m in b.get("rejected", [])]
+        if body.get("error"):
+            rep.error = body["error"]
+        if body.get("interrupted"):
+            rep.interrupted = True
+        if body.get("finding") and rep.finding is None:
+            rep.finding = _finding_from(body, self.sopts.device, self.sopts.options["mode"])
+            rep.written = body.get("written", False)
+
+    def _fault_finding(self, live: _Live, why: str, kind: str) -> None:
+        """The worker died or hung mid-case: that case is the finding."""
+        from .engine import Verdict
+
+        name = live.current_target
+        case = case_from_json(live.current_case)
+        verdict = Verdict(reps=1, failures=1, mode=self.sopts.options["mode"], fault=why)
+        finding = Finding(target=name, contract=case.contract, device=self.sopts.device,
+                          mode=self.sopts.options["mode"], case=case, verdict=verdict)
+        crashes_dir = self.sopts.options.get("crashes_dir")
+        written = False
+        if crashes_dir is not None:
+            _, written = crashes.save(finding, Path(crashes_dir))
+        finding.verdict = VerdictInfo(kind, why, 1, 1)
+        self._merge({"target": name, "contract": case.contract, "_worker": f"dead-{live.spec.index}"})
+        rep = self.reports[name]
+        if rep.finding is None:
+            rep.finding, rep.written = finding, written
+
+    def run(self) -> list:
+        ctx = mp.get_context("spawn")
+        todo = [t for t in self.targets if t["spec"] not in self.done]
+        slots = self.sopts.gpus if self.sopts.gpus else [None] * max(1, self.sopts.workers)
+        live: list[_Live] = [self._start(i, gpu, todo, ctx) for i, gpu in enumerate(slots)] if todo else []
+        interrupted = False
+        try:
+            while live:
+                ready = wait([w.conn for w in live] + [w.process.sentinel for w in live], timeout=1.0)
+                now = time.monotonic()
+                for w in list(live):
+                    died = w.process.sentinel in ready and not w.conn.poll()
+                    try:
+                        while w.conn.poll():
+                            self._handle(w, w.conn.recv())
+                            w.last_heard = now
+                    except (EOFError, OSError):
+                        died = True
+                    hung = w.current_case is not None and now - w.last_heard > self.sopts.hang_timeout
+                    if not (died or hung) and w.process.is_alive():
+                        continue
+                    if w.process.is_alive():
+                        w.process.kill()
+                    w.process.join(5)
+                    live.remove(w)
+                    if w.current_case is not None and w.current_target is not None:
+                        if hung:
+                            self._fault_finding(w, f"hang: no progress for {self.sopts.hang_timeout:g} s", "hang")
+                        else:
+                            code = w.process.exitcode
+                            why = ("CUDA context lost after a fault" if code == EXIT_CONTEXT_LOST
+                                   else f"crash: worker died (exit code {code})")
+                            if code != EXIT_CONTEXT_LOST:
+                                self._fault_finding(w, why, "crash")
+                        self._finish_target(w, w.current_target)
+                    remaining = [t for t in w.remaining if t["spec"] not in self.done]
+                    if remaining and (hung or w.process.exitcode != 0):
+                        self.restarts += 1
+                        live.append(self._start(w.spec.index, w.spec.gpu, remaining, ctx))
+                    self.on_update(self.reports)
+        except KeyboardInterrupt:
+            interrupted = True
+            for w in live:
+                w.process.terminate()
+            for w in live:
+                w.process.join(10)
+                if w.process.is_alive():
+                    w.process.kill()
+        for rep in self.reports.values():
+            rep.interrupted = rep.interrupted or (interrupted and rep.target not in self.done)
+        if self.state_path:
+            if interrupted or any(t["spec"] not in self.done for t in self.targets):
+                self._save_state()
+            elif self.state_path.exists():
+                self.state_path.unlink()  # finished: the next run starts fresh
+        return [self.reports[n] for n in self._order() if n in self.reports]
+
+    def _order(self) -> list[str]:
+        names = [t.get("name", t["spec"]) for t in self.targets]
+        return names + [n for n in self.reports if n not in names]
+
+    def _finish_target(self, w: _Live, name: str) -> None:
+        self.done.add(name)
+        w.remaining = [t for t in w.remaining if t["spec"] != name and t.get("name") != name]
+        w.current_target = w.current_case = None
+        self._save_state()
+
+    def _handle(self, w: _Live, message) -> None:
+        kind, body = message
+        if kind == "target":
+            w.current_target, w.current_case = body, None
+        elif kind == "case":
+            w.current_case = body
+        elif kind in ("progress", "report"):
+            body = {**body, "_worker": w.spec.index}
+            self._merge(body)
+            if kind == "report":
+                self._finish_target(w, body["target"])
+            self.on_update(self.reports)
+
+
+def _finding_json(f: Finding) -> dict:
+    return {"kind": f.verdict.kind, "summary": f.verdict.summary(), "case": f.case.to_json(),
+            "failures": getattr(f.verdict, "failures", 0), "reps": getattr(f.verdict, "reps", 0),
+            "path": str(f.path) if f.path else None, "examples_to_first": f.examples_to_first,
+            "seconds_to_first": f.seconds_to_first, "shrink_examples": f.shrink_examples}
+
+
+def plain_options(opts) -> dict:
+    """FuzzOptions -> plain dict for a worker (profile by name, paths as strings)."""
+    body = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+    body["profile"] = opts.profile.name
+    body["crashes_dir"] = str(opts.crashes_dir) if opts.crashes_dir is not None else None
+    if body["database"] is not None and not isinstance(body["database"], str):
+        raise UsageError("a worker session needs the example database as a path or URL")
+    return body

@@ -1,0 +1,150 @@
+"""Sessions that survive: worker processes, fault and hang findings, resume, shared Redis corpus."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from test_cli import ROOT, mf, one_line_error
+
+BAD_TARGETS = textwrap.dedent('''
+    import os, signal, time
+
+    def crash(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Dies the way a segfaulting kernel takes its process down."""
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    def hang(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Never returns."""
+        while True:
+            time.sleep(0.05)
+
+    def slow(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Correct, but slow enough to be interrupted."""
+        time.sleep(0.2)
+        base = arena.data_ptr()
+        for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+            arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+''')
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "badk.py").write_text(BAD_TARGETS)
+    return tmp_path
+
+
+def test_faulting_and_hanging_targets_are_findings_and_the_session_goes_on(workdir):
+    proc = mf("fuzz", "--target", "badk:crash", "--target", "badk:hang", "--target", "torch.batch_memcpy",
+              "--contract", "batch_memcpy", "--hang-timeout", "4", "--max-examples", "20", "--json",
+              cwd=workdir)
+    assert proc.returncode == 1, proc.stderr
+    rows = {t["target"]: t for t in json.loads(proc.stdout)["targets"]}
+    assert rows["badk:crash"]["finding"]["kind"] == "crash"
+    assert "exit code -11" in rows["badk:crash"]["finding"]["summary"]
+    assert rows["badk:hang"]["finding"]["kind"] == "hang"
+    assert rows["torch.batch_memcpy"]["status"] == "clean" and rows["torch.batch_memcpy"]["examples"] == 20
+    for name in ("badk:crash", "badk:hang"):
+        body = json.loads((workdir / rows[name]["finding"]["path"]).read_text())
+        assert body["verdict"]["kind"] == "fault" and body["case"]["copies"]
+
+
+def test_time_budget_with_a_hanging_target_still_fuzzes_the_rest(workdir):
+    start = time.monotonic()
+    proc = mf("fuzz", "--target", "badk:hang", "--target", "torch.batch_memcpy", "--contract", "batch_memcpy",
+              "--hang-timeout", "3", "--time", "20", "--max-examples", "100000", "--json", cwd=workdir)
+    assert proc.returncode == 1, proc.stderr
+    rows = {t["target"]: t for t in json.loads(proc.stdout)["targets"]}
+    assert rows["badk:hang"]["finding"]["kind"] == "hang"
+    assert rows["torch.batch_memcpy"]["examples"] > 10
+    assert time.monotonic() - start < 90
+
+
+def test_sigterm_saves_the_session_and_the_next_run_resumes(workdir):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}", "COLUMNS": "200"}
+    env.pop("TRITON_INTERPRET", None)
+    args = [sys.executable, "-m", "mambafuzz.cli", "fuzz", "--target", "torch.batch_memcpy", "--target",
+            "badk:slow", "--contract", "batch_memcpy", "--max-examples", "60", "--json"]
+    proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state_dir = workdir / ".mambafuzz" / "sessions"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(state_dir.glob("*.json")):
+        time.sleep(0.2)  # the state file appears once the first target is done
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    body = json.loads(out)
+    assert body["interrupted"], err
+    saved = json.loads(next(state_dir.glob("*.json")).read_text())
+    assert saved["done"] == ["torch.batch_memcpy"]
+    again = mf(*args[3:-1], "--max-examples", "3", cwd=workdir)
+    # different options (fewer examples): a different session, not resumed
+    assert "resuming" not in again.stderr
+    resumed = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert "resuming a saved session: 1 target(s) already done" in resumed.stderr
+    rows = {t["target"]: t for t in json.loads(resumed.stdout)["targets"]}
+    assert rows["badk:slow"]["examples"] == 60 and rows["badk:slow"]["status"] == "clean"
+    assert not list(state_dir.glob("*.json"))  # finished: the next run starts fresh
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
+    pytest.importorskip("redis")
+    port = _free_port()
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                             "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_two_workers_share_one_redis_corpus(workdir, redis_url):
+    import redis
+
+    proc = mf("fuzz", "--target", "zoo.TAIL-DROP", "--workers", "2", "--database", redis_url, "--seed", "3",
+              "--max-examples", "200", "--crashes-dir", "crashes", "--json", cwd=workdir)
+    assert proc.returncode == 1, proc.stderr
+    row = json.loads(proc.stdout)["targets"][0]
+    assert row["finding"]["kind"] == "mismatch"
+    client = redis.Redis.from_url(redis_url)
+    assert client.dbsize() > 0  # both workers wrote their examples to the shared corpus
+    # a later session on another "machine" (a fresh folder) starts from the shared corpus
+    other = workdir / "other"
+    other.mkdir()
+    again = mf("fuzz", "--target", "zoo.TAIL-DROP", "--database", redis_url, "--max-examples", "200",
+               "--json", cwd=other)
+    assert json.loads(again.stdout)["targets"][0]["finding"]["examples_to_first"] == 1
+
+
+def test_redis_that_does_not_answer_is_one_line(workdir):
+    one_line_error(mf("fuzz", "--target", "torch.batch_memcpy", "--database", f"redis://127.0.0.1:{_free_port()}",
+                      cwd=workdir), "does not answer")
+
+
+def test_more_gpus_than_present(workdir):
+    one_line_error(mf("fuzz", "--target", "triton.*", "--gpus", "2", cwd=workdir), "--gpus")
