@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=device_mod.DEVICES)
     p.add_argument("--mode", choices=("compare", "race"), default=None)
     p.add_argument("--reps", type=_positive(int), default=None)
+    p.add_argument("--timeout", type=_positive(float), default=120.0, metavar="SECONDS",
+                   help="a replayed crash or hang finding runs in a child process stopped after this long")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("selfcheck", help="check the oracle against hand-worked examples")
@@ -355,7 +357,7 @@ def cmd_replay(args) -> int:
     mode = args.mode
     if mode is None and device != "cpu":
         mode = "compare"
-    rows = replay(files, device=device, reps=args.reps, mode=mode, against=against)
+    rows = replay(files, device=device, reps=args.reps, mode=mode, against=against, timeout=args.timeout)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:

@@ -28,7 +28,7 @@ def replay_one(record: crashes.CrashRecord, *, device: str, reps: int | None, mo
 
     name = against.name if against is not None else record.target
     try:
-        target = against if against is not None else resolve([record.target])[0]
+        target = against if against is not None else resolve([record.target], contract=record.case.contract)[0]
         if target.contract != record.case.contract:
             return ReplayRow(record.path, name, "could not run",
                              reason=f"target contract {target.contract} != crash contract {record.case.contract}")
@@ -40,8 +40,50 @@ def replay_one(record: crashes.CrashRecord, *, device: str, reps: int | None, mo
     return ReplayRow(record.path, name, status, verdict)
 
 
+def _child(path, device, reps, mode, against_spec, conn) -> None:
+    from . import device as device_mod
+    from .targets import resolve
+
+    device_mod.select(device)
+    against = resolve([against_spec])[0] if against_spec else None
+    row = replay_one(crashes.load(path), device=device, reps=reps, mode=mode, against=against)
+    v = row.verdict
+    conn.send((row.target, row.status, row.reason,
+               None if v is None else (v.kind, v.summary(), v.failures, v.reps)))
+
+
+def replay_isolated(record: crashes.CrashRecord, *, device: str, reps: int | None, mode: str | None,
+                    against=None, timeout: float = 120.0) -> ReplayRow:
+    """A crash or hang finding is replayed in a child process: it may kill or stall its process again."""
+    import multiprocessing as mp
+
+    from .session import VerdictInfo
+
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    name = against.name if against is not None else record.target
+    proc = ctx.Process(target=_child, args=(record.path, device, reps, mode,
+                                            against.name if against is not None else None, send), daemon=True)
+    proc.start()
+    send.close()
+    finished = recv.poll(timeout)
+    if finished:
+        try:
+            target, status, reason, v = recv.recv()
+            proc.join(10)
+            return ReplayRow(record.path, target, status, VerdictInfo(*v) if v else None, reason)
+        except EOFError:  # the child died before it could answer
+            proc.join(10)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(10)
+    why = (f"crash: replay process died (exit code {proc.exitcode})" if finished
+           else f"hang: no result within {timeout:g} s")
+    return ReplayRow(record.path, name, "still failing", VerdictInfo("fault", why, 1, 1))
+
+
 def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str | None = None,
-           against=None) -> list[ReplayRow]:
+           against=None, timeout: float = 120.0) -> list[ReplayRow]:
     rows = []
     for path in crashes.crash_files(paths):
         try:
@@ -49,5 +91,9 @@ def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str
         except crashes.CrashFileError as exc:
             rows.append(ReplayRow(path, "?", "could not run", reason=str(exc)))
             continue
-        rows.append(replay_one(record, device=device, reps=reps, mode=mode, against=against))
+        if record.body["verdict"].get("kind") == "fault" or device == "cuda":
+            rows.append(replay_isolated(record, device=device, reps=reps, mode=mode, against=against,
+                                        timeout=timeout))
+        else:
+            rows.append(replay_one(record, device=device, reps=reps, mode=mode, against=against))
     return rows

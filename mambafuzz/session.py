@@ -44,6 +44,13 @@ class VerdictInfo:
     def summary(self) -> str:
         return self.text
 
+    @property
+    def failed(self) -> bool:
+        return self.kind is not None
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "summary": self.text, "failures": self.failures, "reps": self.reps}
+
 
 @dataclass
 class WorkerSpec:
