@@ -53,6 +53,14 @@ def int_array(name: str, value, ndim: int = 1) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
+def int_arrays(**named) -> list[np.ndarray]:
+    """Several 1-D int64 arrays that must have one length (in the order given)."""
+    arrs = [int_array(name, value) for name, value in named.items()]
+    if len({a.size for a in arrs}) > 1:
+        raise OracleError("mismatched array lengths: " + ", ".join(f"{n} has {a.size}" for n, a in zip(named, arrs)))
+    return arrs
+
+
 def arena(name: str, value) -> np.ndarray:
     """A 1-D, C-contiguous ``np.uint8`` array (returned unchanged)."""
     if not isinstance(value, np.ndarray):

@@ -40,19 +40,14 @@ class AlignDecision:
 
 def decide(num_computed, num_scheduled, num_draft, num_accepted, state_idx, block_size) -> AlignDecision:
     """Vectorised SPEC 2.5 decision for every request."""
-    names = ("num_computed", "num_scheduled", "num_draft", "num_accepted", "state_idx")
-    arrs = [_checks.int_array(name, v) for name, v in zip(names, (num_computed, num_scheduled, num_draft,
-                                                                  num_accepted, state_idx))]
-    sizes = {a.size for a in arrs}
-    if len(sizes) != 1:
-        raise OracleError(
-            "mismatched array lengths: " + ", ".join(f"{n} has {a.size}" for n, a in zip(names, arrs))
-        )
+    named = {"num_computed": num_computed, "num_scheduled": num_scheduled, "num_draft": num_draft,
+             "num_accepted": num_accepted, "state_idx": state_idx}
+    arrs = _checks.int_arrays(**named)
     nc, ns, nd, na, si = arrs
     block_size = _checks.int_scalar("block_size", block_size)
     if block_size < 1:
         raise OracleError(f"block_size must be >= 1, got {block_size}")
-    for name, a in zip(names, arrs):
+    for name, a in zip(named, arrs):
         if a.size and (a < 0).any():
             i = _checks.first_bad(a < 0)
             raise OracleError(f"negative {name} {int(a[i])} for request {i}")

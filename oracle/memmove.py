@@ -46,13 +46,7 @@ def expect_memmove(snapshot, dst, src, n) -> np.ndarray:
 
 
 def _batch_arrays(src, dst, sizes):
-    src = _checks.int_array("src", src)
-    dst = _checks.int_array("dst", dst)
-    sizes = _checks.int_array("sizes", sizes)
-    if not (src.size == dst.size == sizes.size):
-        raise OracleError(
-            f"mismatched array lengths: src has {src.size}, dst has {dst.size}, sizes has {sizes.size}"
-        )
+    src, dst, sizes = _checks.int_arrays(src=src, dst=dst, sizes=sizes)
     if (sizes < 0).any():
         i = _checks.first_bad(sizes < 0)
         raise OracleError(f"negative size {int(sizes[i])} for copy {i}")

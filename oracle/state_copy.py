@@ -180,14 +180,7 @@ def expect_state_copies(snapshot, pools, block_tables, src_cols, dst_cols, biase
     only itself (same block as source and destination) is legal.
     """
     snapshot = _checks.arena("snapshot", snapshot)
-    src_cols = _checks.int_array("src_cols", src_cols)
-    dst_cols = _checks.int_array("dst_cols", dst_cols)
-    biases = _checks.int_array("biases", biases)
-    if not (src_cols.size == dst_cols.size == biases.size):
-        raise OracleError(
-            f"mismatched array lengths: src_cols has {src_cols.size}, dst_cols has {dst_cols.size}, "
-            f"biases has {biases.size}"
-        )
+    src_cols, dst_cols, biases = _checks.int_arrays(src_cols=src_cols, dst_cols=dst_cols, biases=biases)
     n = src_cols.size
     bt = _block_tables(block_tables, n)
     pools = _check_pools(pools, snapshot.size, bt.shape[0])
