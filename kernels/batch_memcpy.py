@@ -3,13 +3,15 @@
 ``batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None)``:
 int64 ``[n]`` tensors of absolute byte addresses and byte counts; copy i is a
 memmove of ``sizes[i]`` bytes (full overlap support, both directions).
-``variant`` selects one bug-zoo flag of ``_move_span`` (see ``VARIANTS``).
+``variant`` selects one bug-zoo flag of ``_move_span`` (see ``VARIANTS``);
+``perturb`` (``kernels.perturb.Perturb``) sleeps chosen warps to make races show.
 """
 import torch
 import triton
 import triton.language as tl
 
 from .copy import _move_span
+from .perturb import launch_args
 
 BLOCK = 1024  # bytes per body chunk
 
@@ -23,17 +25,19 @@ VARIANTS = {
 }
 
 
-@triton.jit
-def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, BLOCK: tl.constexpr,
+@triton.jit(do_not_specialize=["seed"])
+def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr,
                          NOGUARD_LEFT: tl.constexpr, FORWARD_RIGHT: tl.constexpr,
-                         DROP_TAIL: tl.constexpr, CHECK_DST_ALIGN_ONLY: tl.constexpr):
+                         DROP_TAIL: tl.constexpr, CHECK_DST_ALIGN_ONLY: tl.constexpr,
+                         DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr):
     pid = tl.program_id(0)
     src = tl.load(src_ptrs + pid).to(tl.int64)
     dst = tl.load(dst_ptrs + pid).to(tl.int64)
     n = tl.load(sizes + pid).to(tl.int64)
     _move_span(src, dst, n, BLOCK,
                NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
-               DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY)
+               DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
+               DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
 
 
 def _flags(variant):
@@ -56,10 +60,12 @@ def _check_vec(name, t):
 
 
 def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
-                 block=BLOCK, num_warps=4):
+                 block=BLOCK, num_warps=4, perturb=None):
     """memmove ``sizes[i]`` bytes from ``src_ptrs[i]`` to ``dst_ptrs[i]`` for every i.
 
     ``arena`` is accepted for the contract and ignored (pointers are absolute).
+    ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
+    warps to make races show; its ``num_warps`` replaces ``num_warps``.
     """
     for name, t in (("src_ptrs", src_ptrs), ("dst_ptrs", dst_ptrs), ("sizes", sizes)):
         _check_vec(name, t)
@@ -67,7 +73,8 @@ def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
     if dst_ptrs.shape[0] != n or sizes.shape[0] != n:
         raise ValueError("batch_memcpy: src_ptrs, dst_ptrs and sizes differ in length")
     flags = _flags(variant)
+    delay, seed, num_warps = launch_args(perturb, num_warps)
     if n == 0:
         return
-    _batch_memcpy_kernel[(n,)](src_ptrs, dst_ptrs, sizes, BLOCK=block,
-                               num_warps=num_warps, num_stages=1, **flags)
+    _batch_memcpy_kernel[(n,)](src_ptrs, dst_ptrs, sizes, seed, BLOCK=block,
+                               num_warps=num_warps, num_stages=1, **flags, **delay)

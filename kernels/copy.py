@@ -43,9 +43,20 @@ Zoo flags (constexpr, default off, compiled out when off)
 ``CHECK_DST_ALIGN_ONLY``  u64 path chosen from dst alone: the head aligns
                           dst and src is never checked, so src may be read
                           with misaligned u64 loads          (MISALIGN)
+
+Race amplification (constexpr, default off, compiled out when off)
+------------------------------------------------------------------
+``DELAY_POS``, ``DELAY_NS``, ``SCHEDULE`` and the runtime ``seed`` (see
+``kernels.perturb``) make chosen warps sleep (PTX ``nanosleep``) at one of two
+positions of every piece: 1 = before its load, 2 = between its load and its
+store (before the barrier, where there is one).  ``_perturb`` is a no-op unless
+``DELAY_NS > 0`` and the position matches, and always a no-op in Triton's
+interpreter (no inline asm there): the choice is made when the kernel is
+traced, so an unperturbed kernel is the same code as before.
 """
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 
 @triton.jit
@@ -56,13 +67,68 @@ def _floordiv(a, b):
     return tl.where((rem != 0) & ((rem < 0) != (b < 0)), q - 1, q)
 
 
+# Whether this module's kernels compile (True) or run in Triton's interpreter,
+# read from what ``@triton.jit`` just made (it decided from TRITON_INTERPRET as
+# it ran; ``kernels.INTERPRETED`` can be stale if ``kernels`` was imported
+# before the device was chosen).  A constexpr global, so ``if _COMPILED:`` is
+# resolved while a kernel is traced and the interpreter never sees inline asm.
+_COMPILED = tl.constexpr(not isinstance(_floordiv, InterpretedFunction))
+
+
 @triton.jit
-def _move_bytes_small(src_addr, dst_addr, n, guard):
+def _perturb(POS_HERE: tl.constexpr, DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr,
+             SCHEDULE: tl.constexpr, SEED):
+    """Sleep chosen warps at position ``POS_HERE`` (see the module docstring).
+
+    Warp w of W (``%tid.x / 32`` of ``%ntid.x / 32``) sleeps, by ``SCHEDULE``:
+    1: ``DELAY_NS * (W-1-w)`` (lower warps slower, adjacent warps ``DELAY_NS``
+    apart); 2: ``DELAY_NS * w`` (higher warps slower); 3: ``DELAY_NS * (W-1) *
+    h / 1023`` with h a hash of (w, SEED, program id) in 0..1023.  The skew
+    between adjacent warps is what opens a race window, and it must outlast a
+    load's latency (~1 us), hence ``DELAY_NS`` per warp step.  Every thread of a
+    warp computes the same delay, so a warp never diverges here.  ``nanosleep``
+    needs sm_70+ and sleeps anywhere in [0, 2t], at most 1 ms.
+    """
+    if _COMPILED:
+        if DELAY_NS > 0:
+            if DELAY_POS == POS_HERE:
+                if SCHEDULE > 0:
+                    tid = tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [],
+                                                    dtype=tl.uint32, is_pure=True, pack=1)
+                    ntid = tl.inline_asm_elementwise("mov.u32 $0, %ntid.x;", "=r", [],
+                                                     dtype=tl.uint32, is_pure=True, pack=1)
+                    warp = tid // 32
+                    last = tl.maximum(ntid // 32, 1) - 1
+                    if SCHEDULE == 1:
+                        ns = DELAY_NS * (last - warp)
+                    elif SCHEDULE == 2:
+                        ns = DELAY_NS * warp
+                    else:
+                        pid = (tl.program_id(0).to(tl.uint32)
+                               + tl.program_id(1).to(tl.uint32) * 7919
+                               + tl.program_id(2).to(tl.uint32) * 104729)
+                        h = warp * 0x9E3779B1
+                        h = h ^ (tl.cast(SEED, tl.uint32) * 0x85EBCA77) ^ (pid * 0xC2B2AE3D)
+                        h = h ^ (h >> 16)
+                        h = h * 0x7FEB352D
+                        h = h ^ (h >> 15)
+                        h = h * 0x846CA68B
+                        h = h ^ (h >> 16)
+                        ns = ((DELAY_NS * (h & 1023)) // 1023) * last
+                    tl.inline_asm_elementwise("nanosleep.u32 $1;\n\tmov.u32 $0, 0;", "=r,r", [ns],
+                                              dtype=tl.uint32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _move_bytes_small(src_addr, dst_addr, n, guard, DELAY_POS: tl.constexpr = 0,
+                      DELAY_NS: tl.constexpr = 0, SCHEDULE: tl.constexpr = 0, seed=0):
     """One piece of at most 8 bytes (a head or a tail), byte lanes."""
     if n > 0:
         offs = tl.arange(0, 8).to(tl.int64)
         m = offs < n
+        _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         x = tl.load((src_addr + offs).to(tl.pointer_type(tl.uint8)), mask=m)
+        _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         if guard:
             tl.debug_barrier()
         tl.store((dst_addr + offs).to(tl.pointer_type(tl.uint8)), x, mask=m)
@@ -73,7 +139,9 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
                NOGUARD_LEFT: tl.constexpr = False,
                FORWARD_RIGHT: tl.constexpr = False,
                DROP_TAIL: tl.constexpr = False,
-               CHECK_DST_ALIGN_ONLY: tl.constexpr = False):
+               CHECK_DST_ALIGN_ONLY: tl.constexpr = False,
+               DELAY_POS: tl.constexpr = 0, DELAY_NS: tl.constexpr = 0,
+               SCHEDULE: tl.constexpr = 0, seed=0):
     """memmove(dst, src, n) inside one program (see the module docstring)."""
     src_addr = src_addr.to(tl.int64)
     dst_addr = dst_addr.to(tl.int64)
@@ -104,9 +172,10 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
 
     # first edge piece: the tail when walking down, the head when walking up
     if desc:
-        _move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard)
+        _move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard,
+                          DELAY_POS, DELAY_NS, SCHEDULE, seed)
     else:
-        _move_bytes_small(src_addr, dst_addr, head, guard)
+        _move_bytes_small(src_addr, dst_addr, head, guard, DELAY_POS, DELAY_NS, SCHEDULE, seed)
 
     if vec:
         nch = (body + BLOCK - 1) // BLOCK
@@ -116,7 +185,9 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
             c = tl.where(desc, nch - 1 - k, k)
             offs = head + c * BLOCK + lanes
             m = offs < tail_off
+            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             x = tl.load((src_addr + offs).to(tl.pointer_type(tl.uint64)), mask=m)
+            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             if guard:
                 tl.debug_barrier()
             tl.store((dst_addr + offs).to(tl.pointer_type(tl.uint64)), x, mask=m)
@@ -131,7 +202,9 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
             cb = tl.where(desc, nchb - 1 - kb, kb)
             offs_b = cb * BLOCK + lanes_b
             mb = offs_b < body
+            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             xb = tl.load((src_addr + offs_b).to(tl.pointer_type(tl.uint8)), mask=mb)
+            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             if guard:
                 tl.debug_barrier()
             tl.store((dst_addr + offs_b).to(tl.pointer_type(tl.uint8)), xb, mask=mb)
@@ -139,6 +212,7 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
 
     # last edge piece
     if desc:
-        _move_bytes_small(src_addr, dst_addr, head, guard)
+        _move_bytes_small(src_addr, dst_addr, head, guard, DELAY_POS, DELAY_NS, SCHEDULE, seed)
     else:
-        _move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard)
+        _move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard,
+                          DELAY_POS, DELAY_NS, SCHEDULE, seed)

@@ -17,12 +17,18 @@ The accepted counts are READ from a per-step snapshot (``accepted_in``, a
 clone the launcher makes) and WRITTEN to ``num_accepted`` (the live tensor,
 updated in place) only by program ``(r, 0, 0)``: no program reads what
 another program of the same launch writes.
+
+Perturbation (``kernels.perturb``): position 1 also sleeps chosen warps before
+the decision reads (with schedule 3 the delay differs per program, which is
+what a cross-program race such as PP-INPLACE needs); the copy pieces get both
+positions through ``_copy_one_state``.
 """
 import torch
 import triton
 import triton.language as tl
 
-from .copy import _floordiv
+from .copy import _floordiv, _perturb
+from .perturb import launch_args
 from .state_copy import (BLOCK, FLAG_NAMES, ROWS, VARIANTS as STATE_VARIANTS,
                          _copy_one_state, check_requests, check_tables)
 
@@ -30,16 +36,18 @@ from .state_copy import (BLOCK, FLAG_NAMES, ROWS, VARIANTS as STATE_VARIANTS,
 PP_VARIANTS = ("NOOP-SKIP", "PP-INPLACE")
 
 
-@triton.jit(do_not_specialize=["block_size", "num_tiles", "S", "R", "C"])
+@triton.jit(do_not_specialize=["block_size", "num_tiles", "S", "R", "C", "seed"])
 def _postprocess_kernel(meta_ptr, bt_ptr, num_computed, num_scheduled, num_draft,
-                        accepted_in, num_accepted, state_idx, block_size, num_tiles, S, R, C,
+                        accepted_in, num_accepted, state_idx, block_size, num_tiles, S, R, C, seed,
                         BLOCK: tl.constexpr, ROWS: tl.constexpr, NOOP_SKIP: tl.constexpr,
                         SD_SPAN: tl.constexpr, DS_ROW: tl.constexpr,
                         DS_CONTIG: tl.constexpr, ADDR_I32: tl.constexpr,
-                        TILE_GAP: tl.constexpr, PAD_CLOBBER: tl.constexpr):
+                        TILE_GAP: tl.constexpr, PAD_CLOBBER: tl.constexpr,
+                        DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr):
     r = tl.program_id(0)
     s = tl.program_id(1)
     t = tl.program_id(2)
+    _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)  # before the decision reads
     bs = block_size.to(tl.int64)
     nc = tl.load(num_computed + r).to(tl.int64)
     ns = tl.load(num_scheduled + r).to(tl.int64)
@@ -63,7 +71,9 @@ def _postprocess_kernel(meta_ptr, bt_ptr, num_computed, num_scheduled, num_draft
             _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
                             BLOCK, ROWS,
                             SD_SPAN=SD_SPAN, DS_ROW=DS_ROW, DS_CONTIG=DS_CONTIG,
-                            ADDR_I32=ADDR_I32, TILE_GAP=TILE_GAP, PAD_CLOBBER=PAD_CLOBBER)
+                            ADDR_I32=ADDR_I32, TILE_GAP=TILE_GAP, PAD_CLOBBER=PAD_CLOBBER,
+                            DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE,
+                            seed=seed)
 
 
 def _flags(variant):
@@ -81,10 +91,12 @@ def _flags(variant):
 
 def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_accepted,
                 state_idx, *, block_size, num_tiles=1, arena=None, variant=None,
-                block=BLOCK, rows=ROWS, num_warps=4):
+                block=BLOCK, rows=ROWS, num_warps=4, perturb=None):
     """Align-mode postprocess: copy states per the decision, update ``num_accepted`` in place.
 
     ``arena`` is accepted for the contract and ignored (addresses are absolute).
+    ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
+    warps to make races show; its ``num_warps`` replaces ``num_warps``.
     """
     check_tables("postprocess", meta, block_tables)
     n_req = num_computed.shape[0] if isinstance(num_computed, torch.Tensor) else -1
@@ -101,6 +113,7 @@ def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_
     if num_tiles < 1:
         raise ValueError("postprocess: num_tiles must be >= 1")
     flags = _flags(variant)
+    delay, seed, num_warps = launch_args(perturb, num_warps)
     if n_req == 0:
         return
     if variant == "PP-INPLACE":
@@ -113,5 +126,5 @@ def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_
     _, R, C = block_tables.shape
     _postprocess_kernel[(n_req, n_states, num_tiles)](
         meta, block_tables, num_computed, num_scheduled, num_draft, accepted_in, num_accepted,
-        state_idx, block_size, num_tiles, meta.shape[0], R, C,
-        BLOCK=block, ROWS=rows, num_warps=num_warps, num_stages=1, **flags)
+        state_idx, block_size, num_tiles, meta.shape[0], R, C, seed,
+        BLOCK=block, ROWS=rows, num_warps=num_warps, num_stages=1, **flags, **delay)

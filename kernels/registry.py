@@ -6,6 +6,12 @@ of ARCHITECTURE.md.  Names: ``triton.<contract>`` (the project's kernels),
 ``zoo.<ID>`` (one per bug-zoo row).  User adapters register with
 :func:`register` (kind ``'user'``).
 
+``amplifiable`` targets (the project's Triton kernels and their zoo variants)
+take ``perturb=`` (a ``kernels.perturb.Perturb``): chosen warps sleep at a
+chosen place so that GPU races show (see ``kernels.copy._perturb``).  Their
+functions also carry ``fn.amplifiable = True``, which is what the engine reads
+(it is handed the function, not the Target).
+
 Importing this module imports torch and triton (the kernels) but nothing from
 ``mambafuzz``.
 """
@@ -37,6 +43,7 @@ class Target:
     bug: str | None = None      # zoo kind, as SPEC section 5 words it
     zoo_id: str | None = None
     devices: tuple = ("cpu", "cuda")
+    amplifiable: bool = False   # fn takes perturb= (kernels.perturb.Perturb)
 
     def __post_init__(self):
         if self.contract not in CONTRACTS:
@@ -49,6 +56,8 @@ class Target:
                              f"got {self.overlap!r}")
         if not callable(self.fn):
             raise TypeError(f"target {self.name!r}: fn is not callable")
+        if not isinstance(self.amplifiable, bool):
+            raise TypeError(f"target {self.name!r}: amplifiable must be a bool")
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
@@ -108,27 +117,31 @@ def zoo_targets() -> list[Target]:
 
 
 # ---------------------------------------------------------------- contract fns
-# Plain functions with exactly the contract signatures (no variant= exposed).
+# Plain functions with exactly the contract signatures (no variant= exposed),
+# plus perturb= (race amplification; None: none).
 
 def _batch_memcpy_fn(variant):
-    def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None):
-        return _bm.batch_memcpy(src_ptrs, dst_ptrs, sizes, arena=arena, variant=variant)
+    def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, perturb=None):
+        return _bm.batch_memcpy(src_ptrs, dst_ptrs, sizes, arena=arena, variant=variant,
+                                perturb=perturb)
     return batch_memcpy
 
 
 def _state_copy_fn(variant):
-    def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1, arena=None):
+    def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1, arena=None,
+                   perturb=None):
         return _sc.state_copy(meta, block_tables, src_cols, dst_cols, biases,
-                              num_tiles=num_tiles, arena=arena, variant=variant)
+                              num_tiles=num_tiles, arena=arena, variant=variant, perturb=perturb)
     return state_copy
 
 
 def _postprocess_fn(variant):
     def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_accepted,
-                    state_idx, *, block_size, num_tiles=1, arena=None):
+                    state_idx, *, block_size, num_tiles=1, arena=None, perturb=None):
         return _pp.postprocess(meta, block_tables, num_computed, num_scheduled, num_draft,
                                num_accepted, state_idx, block_size=block_size,
-                               num_tiles=num_tiles, arena=arena, variant=variant)
+                               num_tiles=num_tiles, arena=arena, variant=variant,
+                               perturb=perturb)
     return postprocess
 
 
@@ -139,6 +152,7 @@ _FACTORIES = {"batch_memcpy": _batch_memcpy_fn, "state_copy": _state_copy_fn,
 def _named(fn, name, doc):
     fn.__qualname__ = fn.__name__ = name.replace(".", "_").replace("-", "_")
     fn.__doc__ = doc
+    fn.amplifiable = True  # every contract fn made here takes perturb=
     return fn
 
 
@@ -146,15 +160,18 @@ def _register_builtins():
     register(Target(
         "triton.batch_memcpy", "batch_memcpy", "correct", "full",
         "Triton batched memmove, one program per copy; barriers only on overlap",
-        _named(_batch_memcpy_fn(None), "triton.batch_memcpy", _bm.batch_memcpy.__doc__)))
+        _named(_batch_memcpy_fn(None), "triton.batch_memcpy", _bm.batch_memcpy.__doc__),
+        amplifiable=True))
     register(Target(
         "triton.state_copy", "state_copy", "correct", "full",
         "Triton fused SD/DS/temporal state copy, grid (requests, states, tiles)",
-        _named(_state_copy_fn(None), "triton.state_copy", _sc.state_copy.__doc__)))
+        _named(_state_copy_fn(None), "triton.state_copy", _sc.state_copy.__doc__),
+        amplifiable=True))
     register(Target(
         "triton.postprocess", "postprocess", "correct", "full",
         "Triton fused align-mode postprocess (decision + state copy + accepted update)",
-        _named(_postprocess_fn(None), "triton.postprocess", _pp.postprocess.__doc__)))
+        _named(_postprocess_fn(None), "triton.postprocess", _pp.postprocess.__doc__),
+        amplifiable=True))
     register(Target(
         "torch.batch_memcpy", "batch_memcpy", "torch", "full",
         "torch path: dst.copy_(src.clone()) per copy",
@@ -168,7 +185,7 @@ def _register_builtins():
         fn = _named(_FACTORIES[e.contract](e.variant), name,
                     f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}.")
         register(Target(name, e.contract, "zoo", "full", e.description, fn,
-                        bug=e.kind, zoo_id=e.id))
+                        bug=e.kind, zoo_id=e.id, amplifiable=True))
 
 
 _register_builtins()

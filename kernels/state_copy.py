@@ -33,14 +33,18 @@ Per state kind:
 
 Block ids are converted to int64 before they are multiplied by the block
 stride; all address arithmetic is int64.  The zoo flags (constexpr, compiled
-out when off) each inject exactly one bug; see ``kernels.zoo``.
+out when off) each inject exactly one bug; see ``kernels.zoo``.  The
+perturbation constexprs (``DELAY_POS``, ``DELAY_NS``, ``SCHEDULE``, runtime
+``seed``; see ``kernels.perturb``) reach every load/store piece, the DS loop's
+included; compiled out when off.
 """
 import torch
 import triton
 import triton.language as tl
 
 from . import META_COLS
-from .copy import _move_span
+from .copy import _move_span, _perturb
+from .perturb import launch_args
 
 BLOCK = 1024  # bytes per span body chunk
 ROWS = 128    # DS rows per chunk (lanes)
@@ -72,7 +76,8 @@ def _block_addr(base, bt_row, col, stride, ADDR_I32: tl.constexpr):
 
 @triton.jit
 def _ds_token_major(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, elem,
-                    ROWS: tl.constexpr):
+                    ROWS: tl.constexpr, DELAY_POS: tl.constexpr = 0, DELAY_NS: tl.constexpr = 0,
+                    SCHEDULE: tl.constexpr = 0, seed=0):
     """DS conv shift: element (row, bias+i) -> (row, i), token-major."""
     lanes = tl.arange(0, ROWS).to(tl.int64)
     n_chunks = (n_rows + ROWS - 1) // ROWS
@@ -85,7 +90,9 @@ def _ds_token_major(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, elem,
                 m = rows < n_rows
                 s_a = src_blk + rows * row_stride + (bias + i) * 2
                 d_a = dst_blk + rows * row_stride + i * 2
+                _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
                 x = tl.load(s_a.to(tl.pointer_type(tl.uint16)), mask=m)
+                _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
                 tl.store(d_a.to(tl.pointer_type(tl.uint16)), x, mask=m)
                 c += 1
             i += 1
@@ -98,7 +105,9 @@ def _ds_token_major(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, elem,
                 m = rows < n_rows
                 s_a = src_blk + rows * row_stride + (bias + i) * 4
                 d_a = dst_blk + rows * row_stride + i * 4
+                _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
                 x = tl.load(s_a.to(tl.pointer_type(tl.uint32)), mask=m)
+                _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
                 tl.store(d_a.to(tl.pointer_type(tl.uint32)), x, mask=m)
                 c += 1
             i += 1
@@ -112,7 +121,9 @@ def _ds_token_major(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, elem,
                 m = (rows < n_rows)[:, None] & (byte < elem)[None, :]
                 s_a = (src_blk + rows * row_stride + (bias + i) * elem)[:, None] + byte[None, :]
                 d_a = (dst_blk + rows * row_stride + i * elem)[:, None] + byte[None, :]
+                _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
                 x = tl.load(s_a.to(tl.pointer_type(tl.uint8)), mask=m)
+                _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
                 tl.store(d_a.to(tl.pointer_type(tl.uint8)), x, mask=m)
                 c += 1
             i += 1
@@ -123,7 +134,9 @@ def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles
                     BLOCK: tl.constexpr, ROWS: tl.constexpr,
                     SD_SPAN: tl.constexpr = False, DS_ROW: tl.constexpr = False,
                     DS_CONTIG: tl.constexpr = False, ADDR_I32: tl.constexpr = False,
-                    TILE_GAP: tl.constexpr = False, PAD_CLOBBER: tl.constexpr = False):
+                    TILE_GAP: tl.constexpr = False, PAD_CLOBBER: tl.constexpr = False,
+                    DELAY_POS: tl.constexpr = 0, DELAY_NS: tl.constexpr = 0,
+                    SCHEDULE: tl.constexpr = 0, seed=0):
     """Copy state ``s`` of request ``r`` (tile ``t``) with (src_col, dst_col, bias)."""
     src_col = src_col.to(tl.int64)
     dst_col = dst_col.to(tl.int64)
@@ -152,38 +165,49 @@ def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles
                     if bias > 0:
                         # zoo DS-CONTIG: the strided tail treated as one contiguous run
                         _move_span(src_addr + bias * elem, dst_addr,
-                                   n_tok * elem * ds_rows, BLOCK)
+                                   n_tok * elem * ds_rows, BLOCK,
+                                   DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS,
+                                   SCHEDULE=SCHEDULE, seed=seed)
                     else:
                         _ds_token_major(src_addr, dst_addr, bias, n_tok, ds_rows,
-                                        ds_row_stride, elem, ROWS)
+                                        ds_row_stride, elem, ROWS, DELAY_POS, DELAY_NS,
+                                        SCHEDULE, seed)
                 elif DS_ROW:
                     # zoo DS-ROW: each row one parallel run, no barrier
                     rr = ds_rows * 0
                     while rr < ds_rows:
                         _move_span(src_addr + rr * ds_row_stride + bias * elem,
                                    dst_addr + rr * ds_row_stride, n_tok * elem, BLOCK,
-                                   NOGUARD_LEFT=True)
+                                   NOGUARD_LEFT=True,
+                                   DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS,
+                                   SCHEDULE=SCHEDULE, seed=seed)
                         rr += 1
                 else:
                     _ds_token_major(src_addr, dst_addr, bias, n_tok, ds_rows,
-                                    ds_row_stride, elem, ROWS)
+                                    ds_row_stride, elem, ROWS, DELAY_POS, DELAY_NS,
+                                    SCHEDULE, seed)
             else:
                 token_bytes = inner * elem
                 if SD_SPAN:
                     # zoo SD-SPAN: the same-block shift as one unguarded span
                     _move_span(src_addr + bias * token_bytes, dst_addr,
-                               n_tok * token_bytes, BLOCK, NOGUARD_LEFT=True)
+                               n_tok * token_bytes, BLOCK, NOGUARD_LEFT=True,
+                               DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
                 else:
                     if same:
                         i = n_tok * 0
                         while i < n_tok:
                             _move_span(src_addr + (bias + i) * token_bytes,
-                                       dst_addr + i * token_bytes, token_bytes, BLOCK)
+                                       dst_addr + i * token_bytes, token_bytes, BLOCK,
+                                       DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS,
+                                       SCHEDULE=SCHEDULE, seed=seed)
                             tl.debug_barrier()
                             i += 1
                     else:
                         _move_span(src_addr + bias * token_bytes, dst_addr,
-                                   n_tok * token_bytes, BLOCK)
+                                   n_tok * token_bytes, BLOCK,
+                                   DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS,
+                                   SCHEDULE=SCHEDULE, seed=seed)
     else:
         if PAD_CLOBBER:
             size = stride  # zoo PAD-CLOBBER: sized by the block stride
@@ -200,15 +224,17 @@ def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles
             lo = tl.minimum(t * tile, size)
             hi = tl.minimum(lo + tile, size)
         if hi > lo:
-            _move_span(src_addr + lo, dst_addr + lo, hi - lo, BLOCK)
+            _move_span(src_addr + lo, dst_addr + lo, hi - lo, BLOCK,
+            DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
 
 
-@triton.jit(do_not_specialize=["num_tiles", "R", "C"])
-def _state_copy_kernel(meta_ptr, bt_ptr, src_cols, dst_cols, biases, num_tiles, R, C,
+@triton.jit(do_not_specialize=["num_tiles", "R", "C", "seed"])
+def _state_copy_kernel(meta_ptr, bt_ptr, src_cols, dst_cols, biases, num_tiles, R, C, seed,
                        BLOCK: tl.constexpr, ROWS: tl.constexpr,
                        SD_SPAN: tl.constexpr, DS_ROW: tl.constexpr,
                        DS_CONTIG: tl.constexpr, ADDR_I32: tl.constexpr,
-                       TILE_GAP: tl.constexpr, PAD_CLOBBER: tl.constexpr):
+                       TILE_GAP: tl.constexpr, PAD_CLOBBER: tl.constexpr,
+                       DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr):
     r = tl.program_id(0)
     s = tl.program_id(1)
     t = tl.program_id(2)
@@ -218,7 +244,8 @@ def _state_copy_kernel(meta_ptr, bt_ptr, src_cols, dst_cols, biases, num_tiles, 
     _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
                     BLOCK, ROWS,
                     SD_SPAN=SD_SPAN, DS_ROW=DS_ROW, DS_CONTIG=DS_CONTIG,
-                    ADDR_I32=ADDR_I32, TILE_GAP=TILE_GAP, PAD_CLOBBER=PAD_CLOBBER)
+                    ADDR_I32=ADDR_I32, TILE_GAP=TILE_GAP, PAD_CLOBBER=PAD_CLOBBER,
+                    DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
 
 
 def state_flags(variant):
@@ -253,10 +280,12 @@ def check_requests(fn, n, **arrays):
 
 
 def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1,
-               arena=None, variant=None, block=BLOCK, rows=ROWS, num_warps=4):
+               arena=None, variant=None, block=BLOCK, rows=ROWS, num_warps=4, perturb=None):
     """Copy every state of every request (request i uses row i of each block table).
 
     ``arena`` is accepted for the contract and ignored (addresses are absolute).
+    ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
+    warps to make races show; its ``num_warps`` replaces ``num_warps``.
     """
     check_tables("state_copy", meta, block_tables)
     n_req = src_cols.shape[0] if isinstance(src_cols, torch.Tensor) else -1
@@ -267,10 +296,11 @@ def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1,
     if num_tiles < 1:
         raise ValueError("state_copy: num_tiles must be >= 1")
     flags = state_flags(variant)
+    delay, seed, num_warps = launch_args(perturb, num_warps)
     n_states = meta.shape[0]
     if n_req == 0 or n_states == 0:
         return
     _, R, C = block_tables.shape
     _state_copy_kernel[(n_req, n_states, num_tiles)](
-        meta, block_tables, src_cols, dst_cols, biases, num_tiles, R, C,
-        BLOCK=block, ROWS=rows, num_warps=num_warps, num_stages=1, **flags)
+        meta, block_tables, src_cols, dst_cols, biases, num_tiles, R, C, seed,
+        BLOCK=block, ROWS=rows, num_warps=num_warps, num_stages=1, **flags, **delay)

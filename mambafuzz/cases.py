@@ -3,6 +3,12 @@
 A case holds geometry and a data seed, never bytes: the engine materialises the
 bytes from the seed, so a crash file stays small and human-readable.  All byte
 positions are offsets into one flat arena.
+
+Every case may also carry ``perturb``: ``(position, delay_ns, schedule, seed,
+num_warps)`` (``kernels.perturb.Perturb`` as a tuple), the race amplification
+an amplifiable target is launched with on a GPU.  ``None`` (the default) is
+left out of the JSON, so a case without one hashes as it always did and old
+crash files load unchanged.
 """
 from __future__ import annotations
 
@@ -32,8 +38,23 @@ class _CaseBase:
 
     def to_json(self) -> dict[str, Any]:
         body = dataclasses.asdict(self)
+        if body.get("perturb", None) is None:
+            body.pop("perturb", None)  # absent, not null: the hash of an unperturbed case is unchanged
         body["contract"] = self.contract
         return body
+
+    def with_perturb(self, perturb):
+        """The same case with ``perturb`` (a 5-tuple, a ``Perturb``, or None)."""
+        if perturb is not None and not isinstance(perturb, tuple):
+            perturb = perturb.to_tuple()
+        return dataclasses.replace(self, perturb=perturb)
+
+    def _perturb_note(self) -> str:
+        p = getattr(self, "perturb", None)
+        if p is None:
+            return ""
+        pos, ns, sched, seed, warps = p
+        return f"; perturb: pos {pos}, {ns} ns, schedule {sched}, seed {seed}, {warps} warps"
 
     def content_hash(self) -> str:
         """Stable across runs and machines: sha256 of the canonical JSON."""
@@ -52,6 +73,7 @@ class BatchCopyCase(_CaseBase):
     arena_size: int
     copies: tuple[tuple[int, int, int], ...]
     seed: int = 0
+    perturb: tuple[int, int, int, int, int] | None = None
 
     @property
     def size(self) -> int:
@@ -61,7 +83,7 @@ class BatchCopyCase(_CaseBase):
     def describe(self) -> str:
         rows = ", ".join(f"{s}->{d} ({n} B)" for s, d, n in self.copies[:4])
         more = f", +{len(self.copies) - 4} more" if len(self.copies) > 4 else ""
-        return f"{len(self.copies)} row(s): {rows}{more}"
+        return f"{len(self.copies)} row(s): {rows}{more}{self._perturb_note()}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +111,7 @@ class StateCopyCase(_PoolCase):
     src_cols: tuple[int, ...] = ()
     dst_cols: tuple[int, ...] = ()
     biases: tuple[int, ...] = ()
+    perturb: tuple[int, int, int, int, int] | None = None
 
     @property
     def size(self) -> int:
@@ -97,7 +120,7 @@ class StateCopyCase(_PoolCase):
     def describe(self) -> str:
         reqs = ", ".join(f"r{i}: col {s}->{d} bias {b}" for i, (s, d, b) in
                          enumerate(zip(self.src_cols, self.dst_cols, self.biases)))
-        return f"{self._pool_summary()}, tiles {self.num_tiles}; {reqs}"
+        return f"{self._pool_summary()}, tiles {self.num_tiles}; {reqs}{self._perturb_note()}"
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,7 @@ class PostprocessCase(_PoolCase):
     num_draft: tuple[int, ...] = ()
     num_accepted: tuple[int, ...] = ()
     state_idx: tuple[int, ...] = ()
+    perturb: tuple[int, int, int, int, int] | None = None
 
     @property
     def size(self) -> int:
@@ -120,7 +144,8 @@ class PostprocessCase(_PoolCase):
         reqs = ", ".join(
             f"r{i}: comp {c} sched {s} draft {d} acc {a} idx {x}" for i, (c, s, d, a, x) in enumerate(
                 zip(self.num_computed, self.num_scheduled, self.num_draft, self.num_accepted, self.state_idx)))
-        return f"{self._pool_summary()}, block_size {self.block_size}, tiles {self.num_tiles}; {reqs}"
+        return (f"{self._pool_summary()}, block_size {self.block_size}, tiles {self.num_tiles}; {reqs}"
+                f"{self._perturb_note()}")
 
 
 CASE_TYPES = {cls.contract: cls for cls in (BatchCopyCase, StateCopyCase, PostprocessCase)}
@@ -144,6 +169,12 @@ def case_from_json(body: dict[str, Any]) -> Case:
     if unknown:
         raise CaseError(f"{contract} case has unknown field(s): {', '.join(sorted(unknown))}")
     kwargs = {k: _tuples(v) for k, v in body.items() if k in names}
+    if kwargs.get("perturb") is not None:
+        p = kwargs["perturb"]
+        if not (isinstance(p, tuple) and len(p) == 5
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
+            raise CaseError(f"perturb must be null or [position, delay_ns, schedule, seed, num_warps] "
+                            f"(5 ints), got {body['perturb']!r}")
     if "pools" in kwargs:
         try:
             kwargs["pools"] = tuple(PoolLayout(**{k: _tuples(v) for k, v in p.items()}) for p in body["pools"])

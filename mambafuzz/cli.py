@@ -59,8 +59,9 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--crashes-dir", type=Path, default=Path("crashes"))
     p.add_argument("--database", default=".mambafuzz/examples",
                    help="Hypothesis example database: a directory, redis://HOST:PORT, or 'none'")
-    p.add_argument("--profile", choices=("cpu", "gpu"), default=None,
-                   help="case sizes (default: cpu on cpu, gpu on cuda)")
+    p.add_argument("--profile", choices=("cpu", "gpu", "gpu-amp"), default=None,
+                   help="case sizes (default: cpu on cpu, gpu on cuda); gpu-amp also draws warp delays "
+                        "that make GPU races show")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run targets in worker processes that a fault or hang cannot take down "

@@ -4,6 +4,11 @@ Compare mode checks every repetition's bytes against the oracle.  Race mode
 (the CPU default) additionally runs the first repetition under the race
 recorder: a hazard is a failure even when the bytes came out right, which they
 always do in Triton's interpreter.
+
+A case with ``perturb`` runs an amplifiable target (``fn.amplifiable``, set by
+the registry for the project's Triton kernels and zoo variants) with
+``perturb=``: chosen warps sleep so that GPU races show.  Other targets run the
+case unperturbed.  In the interpreter the perturbation compiles to nothing.
 """
 from __future__ import annotations
 
@@ -76,22 +81,57 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _run_once(m: Materialized, fn, recorder) -> list[Any]:
+def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None) -> list[Any]:
     if recorder is None:
-        m.run(fn)
+        m.run(fn, amplifiable)
         return []
     with recorder as rec:
         for name, tensor in m.tensors().items():
             rec.add_region(name, tensor)
-        m.run(fn)
+        m.run(fn, amplifiable)
     return list(rec.hazards)
 
 
-def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare") -> Verdict:
-    """Materialise `case`, run `fn` `reps` times from the snapshot, judge each run."""
+def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", amplifiable: bool | None = None,
+                 graph: bool | None = None) -> Verdict:
+    """`reps` repetitions judged on the device (``gpu_reps.run_reps``: one sync per batch).
+
+    failures = repetitions whose byte count was nonzero; the evidence is the
+    ``compare()`` of a plain rerun of the case (see ``gpu_reps.failing_mismatch``).
+    `graph` None reads MAMBAFUZZ_CUDA_GRAPH ("0" never, "1" always, unset auto).
+    ``MAMBAFUZZ_HOST_REPS=1`` makes run_case skip this and judge every
+    repetition on the host as before (timing between repetitions differs, and
+    with it what a race shows).
+    """
+    from .gpu_reps import failing_mismatch, graph_from_env, run_reps
+
+    verdict = Verdict(reps=0, failures=0, mode=mode)
+    try:
+        res = run_reps(m, fn, reps, graph=graph_from_env() if graph is None else graph,
+                       amplifiable=amplifiable)
+        verdict.reps, verdict.failures = res.reps, res.failures
+        verdict.mismatch = failing_mismatch(m, fn, res, amplifiable=amplifiable)
+    except Exception as exc:  # a faulting target is a finding, not a crash of the session
+        cause = _root_cause(exc)
+        verdict.fault = f"{type(cause).__name__}: {cause}"
+        verdict.reps = max(verdict.reps, 1)
+        verdict.failures = max(verdict.failures, 1)
+    return verdict
+
+
+def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare",
+             amplifiable: bool | None = None) -> Verdict:
+    """Materialise `case`, run `fn` `reps` times from the snapshot, judge each run.
+
+    `amplifiable` says whether `fn` takes ``perturb=`` (None: ``fn.amplifiable``).
+    """
     if mode not in MODES:
         raise ValueError(f"unknown check mode {mode!r}")
     m = materialize(case, device)
+    if device == "cuda" and reps > 1 and mode == "compare":
+        from .gpu_reps import device_reps_enabled
+        if device_reps_enabled():  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
+            return reps_verdict(m, fn, reps, mode=mode, amplifiable=amplifiable)
     verdict = Verdict(reps=0, failures=0, mode=mode)
     for rep in range(max(1, reps)):
         recorder = None
@@ -101,7 +141,7 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
         if rep:
             m.restore()
         try:
-            hazards = _run_once(m, fn, recorder)
+            hazards = _run_once(m, fn, recorder, amplifiable)
             if device == "cuda":
                 import torch
                 torch.cuda.synchronize()

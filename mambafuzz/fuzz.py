@@ -180,7 +180,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             test = given(strategy)(body)
             test.hypothesis.inner_test._hypothesis_internal_add_digest = (
                 f"{target.name}|{opts.device}|{opts.mode}".encode())
-            test = settings(database=_database(opts.database), max_examples=n, deadline=None,
+            test = settings(database=_database(opts.database), max_examples=n, deadline=None, derandomize=False,
                             suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                             report_multiple_bugs=False, print_blob=False,
                             phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))(test)

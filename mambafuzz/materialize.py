@@ -16,6 +16,7 @@ import torch
 
 import oracle
 from kernels import META_COLS
+from kernels.perturb import Perturb
 
 from .cases import BatchCopyCase, Case, PostprocessCase, StateCopyCase
 from .errors import CaseError
@@ -40,10 +41,13 @@ class Mismatch:
     total: int
     first: list[dict[str, Any]]
     accepted: list[dict[str, int]] = field(default_factory=list)
+    note: str = ""  # set when the first bytes could not be captured (see gpu_reps.failing_mismatch)
 
     def summary(self) -> str:
         parts = []
-        if self.count:
+        if self.count and not self.first:
+            parts.append(f"{self.count} of {self.total} bytes differ ({100 * self.count / self.total:.3g}%)")
+        elif self.count:
             f = self.first[0]
             parts.append(f"{self.count} of {self.total} bytes differ ({100 * self.count / self.total:.3g}%); "
                          f"first at arena+{f['offset']} ({f['where']}): expected 0x{f['expected']:02x}, "
@@ -51,10 +55,15 @@ class Mismatch:
         if self.accepted:
             a = self.accepted[0]
             parts.append(f"accepted count of request {a['request']}: expected {a['expected']}, got {a['actual']}")
+        if self.note:
+            parts.append(self.note)
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "total": self.total, "first": self.first, "accepted": self.accepted}
+        out = {"count": self.count, "total": self.total, "first": self.first, "accepted": self.accepted}
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 def _locate(case: Case, offset: int) -> str:
@@ -89,6 +98,7 @@ class Materialized:
     _arena_snapshot: torch.Tensor | None = None
     positions: np.ndarray | None = None  # sparse mode: arena offset of each snapshot byte
     _positions: torch.Tensor | None = None
+    perturb: Perturb | None = None  # the case's race amplification, validated
 
     def restore(self) -> None:
         if self._positions is None:
@@ -98,8 +108,19 @@ class Materialized:
         if self.accepted_snapshot is not None:
             self.args["num_accepted"].copy_(self.accepted_snapshot)
 
-    def run(self, fn) -> None:
-        fn(**self.args, **self.kwargs, arena=self.arena)
+    def run(self, fn, amplifiable: bool | None = None) -> None:
+        """Call ``fn`` on the live arena.
+
+        ``perturb=`` is passed only when the case has one and the target is
+        amplifiable (``amplifiable``, or else ``fn.amplifiable``); a torch or
+        user target gets exactly the contract's arguments.
+        """
+        if amplifiable is None:
+            amplifiable = bool(getattr(fn, "amplifiable", False))
+        if self.perturb is not None and amplifiable:
+            fn(**self.args, **self.kwargs, arena=self.arena, perturb=self.perturb)
+        else:
+            fn(**self.args, **self.kwargs, arena=self.arena)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor a target may touch, by name (the race recorder's regions)."""
@@ -175,6 +196,12 @@ def materialize(case: Case, device: str) -> Materialized:
         raise CaseError(f"arena size {case.arena_size} is outside 1..{limit} bytes")
     sparse = pooled and case.arena_size > DENSE_LIMIT
     positions = None
+    perturb = None
+    if getattr(case, "perturb", None) is not None:
+        try:
+            perturb = Perturb.from_tuple(case.perturb)
+        except (TypeError, ValueError) as exc:
+            raise CaseError(f"bad perturb {case.perturb!r}: {exc}") from None
     try:
         if pooled:
             for pool in case.pools:
@@ -237,4 +264,5 @@ def materialize(case: Case, device: str) -> Materialized:
         raise CaseError(f"malformed case: {exc}") from None
     return Materialized(case, device, arena, snapshot, expected, args, kwargs,
                         expected_accepted=expected_accepted, accepted_snapshot=accepted_snapshot,
-                        _arena_snapshot=arena_snapshot, positions=positions, _positions=positions_dev)
+                        _arena_snapshot=arena_snapshot, positions=positions, _positions=positions_dev,
+                        perturb=perturb)

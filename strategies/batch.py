@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from mambafuzz.cases import BatchCopyCase
 
+from .perturb import maybe_perturb
 from .profiles import Profile
 
 OVERLAPS_FULL = ("none", "left", "right", "exact")
@@ -100,4 +101,5 @@ def batch_copy_cases(draw, profile: Profile, overlap: str = "full", ill_posed: b
         if v_size == 0:  # a zero-size victim touches nothing: make it real
             copies = copies[:victim] + ((v_src, v_dst, 1),) + copies[victim + 1:]
     seed = draw(st.integers(0, 2**32 - 1))
-    return BatchCopyCase(arena_size=arena_size, copies=copies, seed=seed)
+    return BatchCopyCase(arena_size=arena_size, copies=copies, seed=seed,
+                         perturb=maybe_perturb(draw, profile))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mambafuzz.cases import PostprocessCase, StateCopyCase
 from oracle import PoolLayout, decide
 
+from .perturb import maybe_perturb
 from .profiles import Profile
 
 KINDS = ("conv_sd", "conv_ds", "temporal")
@@ -129,7 +130,8 @@ def state_copy_cases(draw, profile: Profile) -> StateCopyCase:
     cols = draw(st.integers(2, profile.max_cols))
     src_cols, dst_cols, biases, copies = [], [], [], []
     for _ in range(requests):
-        bias = draw(st.integers(0, cols - 1 if has_temporal else 9))
+        hi = cols - 1 if has_temporal else 9
+        bias = draw(st.one_of(st.integers(0, min(3, hi)), st.integers(0, hi)))  # small shifts are the racy ones
         src = draw(st.integers(0, (cols - 1 - bias) if has_temporal else cols - 1))
         dst = draw(st.integers(0, cols - 1))
         read_cols = [src] + ([src + bias] if has_temporal and bias else [])
@@ -141,7 +143,7 @@ def state_copy_cases(draw, profile: Profile) -> StateCopyCase:
     tiles = draw(st.one_of(st.sampled_from([1, 16]), st.integers(1, profile.max_tiles)))
     return StateCopyCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
                          seed=draw(st.integers(0, 2**32 - 1)), src_cols=tuple(src_cols), dst_cols=tuple(dst_cols),
-                         biases=tuple(biases))
+                         biases=tuple(biases), perturb=maybe_perturb(draw, profile))
 
 
 def _freeze(tables):
@@ -191,4 +193,4 @@ def postprocess_cases(draw, profile: Profile) -> PostprocessCase:
     return PostprocessCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
                            seed=draw(st.integers(0, 2**32 - 1)), block_size=block_size,
                            num_computed=tuple(comp), num_scheduled=tuple(sched), num_draft=tuple(draft),
-                           num_accepted=tuple(acc), state_idx=tuple(idx))
+                           num_accepted=tuple(acc), state_idx=tuple(idx), perturb=maybe_perturb(draw, profile))

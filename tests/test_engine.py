@@ -27,7 +27,7 @@ RIGHT_SHIFT = BatchCopyCase(arena_size=128, copies=((8, 16, 24),), seed=3)
 
 def _opts(tmp_path, **kw):
     base = dict(device="cpu", mode="race", reps=1, max_examples=60, seed=0,
-                database=str(tmp_path / "db"), crashes_dir=tmp_path / "crashes", shrink_budget=30)
+                database=str(tmp_path / "db"), crashes_dir=tmp_path / "crashes", shrink_budget=300)
     base.update(kw)
     return FuzzOptions(**base)
 

@@ -774,7 +774,8 @@ def test_registry_signatures(name):
     pos = [p.name for p in params.values()
            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     kw = {p.name for p in params.values() if p.kind == p.KEYWORD_ONLY}
-    assert pos == positional and kw == keywords
+    # amplifiable targets (the project's kernels and zoo) also take perturb= (race amplification)
+    assert pos == positional and kw == keywords | ({"perturb"} if t.amplifiable else set())
 
 
 def test_registry_unknown_target_message():
@@ -813,7 +814,10 @@ def test_registry_import_does_not_import_mambafuzz():
 # --------------------------------------------------------------------------
 # compiled mode without a GPU: every kernel and zoo flag compiles to sm_90 cubin
 # --------------------------------------------------------------------------
-_COMPILE_CODE = r'''
+# The prelude every sm_90 compile check starts with (tests/test_amplify.py
+# reuses it): imports, the target, ``comp`` and the kernels' signatures.
+# ``NO_DELAY`` are the race-amplification constexprs switched off.
+COMPILE_PRELUDE = r'''
 import os, sys
 os.environ.pop("TRITON_INTERPRET", None)
 import triton
@@ -823,29 +827,53 @@ from kernels.batch_memcpy import _batch_memcpy_kernel
 from kernels.state_copy import _state_copy_kernel, FLAG_NAMES
 from kernels.postprocess import _postprocess_kernel
 target = GPUTarget("cuda", 90, 32)
+NO_DELAY = {"DELAY_POS": 0, "DELAY_NS": 0, "SCHEDULE": 0}
 
-def comp(fn, sig, consts):
+def comp(fn, sig, consts, num_warps=4):
     sig = {**sig, **{k: "constexpr" for k in consts}}
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target,
-                       options={"num_warps": 4, "num_stages": 1})
+                       options={"num_warps": num_warps, "num_stages": 1})
     assert "cubin" in k.asm
+    return k
 
-bm = ("NOGUARD_LEFT", "FORWARD_RIGHT", "DROP_TAIL", "CHECK_DST_ALIGN_ONLY")
-for v in (None,) + bm:
-    comp(_batch_memcpy_kernel, {"src_ptrs": "*i64", "dst_ptrs": "*i64", "sizes": "*i64"},
-         {"BLOCK": 1024, **{f: f == v for f in bm}})
-sc = {"meta_ptr": "*i64", "bt_ptr": "*i32", "src_cols": "*i32", "dst_cols": "*i32",
-      "biases": "*i32", "num_tiles": "i32", "R": "i32", "C": "i32"}
+BM_FLAGS = ("NOGUARD_LEFT", "FORWARD_RIGHT", "DROP_TAIL", "CHECK_DST_ALIGN_ONLY")
+BM_SIG = {"src_ptrs": "*i64", "dst_ptrs": "*i64", "sizes": "*i64", "seed": "i32"}
+SC_SIG = {"meta_ptr": "*i64", "bt_ptr": "*i32", "src_cols": "*i32", "dst_cols": "*i32",
+          "biases": "*i32", "num_tiles": "i32", "R": "i32", "C": "i32", "seed": "i32"}
+PP_SIG = {"meta_ptr": "*i64", "bt_ptr": "*i32", "num_computed": "*i32", "num_scheduled": "*i32",
+          "num_draft": "*i32", "accepted_in": "*i32", "num_accepted": "*i32", "state_idx": "*i32",
+          "block_size": "i32", "num_tiles": "i32", "S": "i32", "R": "i32", "C": "i32", "seed": "i32"}
+'''
+
+_COMPILE_CODE = r'''
+for v in (None,) + BM_FLAGS:
+    comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
 for v in (None,) + FLAG_NAMES:
-    comp(_state_copy_kernel, sc, {"BLOCK": 1024, "ROWS": 128, **{f: f == v for f in FLAG_NAMES}})
-pp = {"meta_ptr": "*i64", "bt_ptr": "*i32", "num_computed": "*i32", "num_scheduled": "*i32",
-      "num_draft": "*i32", "accepted_in": "*i32", "num_accepted": "*i32", "state_idx": "*i32",
-      "block_size": "i32", "num_tiles": "i32", "S": "i32", "R": "i32", "C": "i32"}
+    comp(_state_copy_kernel, SC_SIG, {"BLOCK": 1024, "ROWS": 128, **{f: f == v for f in FLAG_NAMES},
+                                      **NO_DELAY})
 for noop in (False, True):
-    comp(_postprocess_kernel, pp, {"BLOCK": 1024, "ROWS": 128, "NOOP_SKIP": noop,
-                                   **{f: False for f in FLAG_NAMES}})
+    comp(_postprocess_kernel, PP_SIG, {"BLOCK": 1024, "ROWS": 128, "NOOP_SKIP": noop,
+                                       **{f: False for f in FLAG_NAMES}, **NO_DELAY})
 print("compiled")
 '''
+
+
+def compile_for_sm90(body: str, timeout: int = 600) -> str:
+    """Run ``COMPILE_PRELUDE + body`` in a fresh compiled-mode process; its stdout.
+
+    Skips when Triton's NVIDIA backend is missing; fails unless the process
+    exits 0 and prints ``compiled``.
+    """
+    try:
+        from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
+    except Exception as exc:  # pragma: no cover
+        pytest.skip(f"Triton's NVIDIA backend is not available: {exc}")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    r = subprocess.run([sys.executable, "-c", COMPILE_PRELUDE + body], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
+    return r.stdout
 
 
 @pytest.mark.slow
@@ -853,12 +881,4 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     """The interpreter does not enforce compiled-mode typing rules (e.g. a
     variable assigned in both branches of a runtime ``if`` must keep one type);
     compiling to cubin with Triton's bundled ptxas does, with no GPU needed."""
-    try:
-        from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
-    except Exception as exc:  # pragma: no cover
-        pytest.skip(f"Triton's NVIDIA backend is not available: {exc}")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT)
-    r = subprocess.run([sys.executable, "-c", _COMPILE_CODE], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
+    compile_for_sm90(_COMPILE_CODE)

@@ -1,0 +1,306 @@
+"""Many repetitions of one case on the device, judged on the device, one sync per batch.
+
+A repetition is exactly two kernel launches on the current stream: the target,
+then ``kernels.check.CheckRestore`` (count the bytes that differ from the
+oracle into ``counter[rep]``, copy the snapshot back).  The arena is restored
+once before the first repetition; after that every check leaves it restored
+for the next one.  The host reads ``counter`` once, at the end.
+
+Where it can, the launches go through a CUDA graph: K repetitions are captured
+once (the check's slot is ``k + slot_base[0]``, and the graph ends by adding K
+to ``slot_base``) and the graph is replayed ``reps // K`` times; the few
+repetitions left over run as plain launches.  A target that cannot be captured
+(the torch path synchronises with ``.tolist()``; a user adapter may do
+anything) makes the capture raise; the batch then runs as a plain launch loop,
+still judged on the device with one sync, and ``fallback_reason`` says why.
+
+The decisions (whether to try a graph, how to cut ``reps`` into replays and a
+tail, what to do when the capture fails) are the pure functions
+``use_graph``, ``plan_batches`` and ``drive``; the CUDA specifics are behind
+the ``capture`` callable, so all of it is testable on the CPU with fakes (and
+``run_reps`` itself runs on CPU tensors through Triton's interpreter).
+"""
+from __future__ import annotations
+
+import operator
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .materialize import Materialized, Mismatch
+
+DEFAULT_K = 16          # repetitions per captured graph (at most)
+MIN_GRAPH_REPS = 32     # graph=None: fewer repetitions than this are not worth a capture
+RERUN_ATTEMPTS = 16     # plain reruns tried to reproduce a failing repetition's bytes
+GRAPH_ENV = "MAMBAFUZZ_CUDA_GRAPH"  # "0": never capture, "1": always try, unset: auto
+HOST_REPS_ENV = "MAMBAFUZZ_HOST_REPS"  # "1": the engine keeps the old host loop on cuda (A/B of race rates)
+
+
+@dataclass
+class RepResult:
+    failures: int                   # repetitions with a nonzero mismatch count
+    reps: int
+    per_rep_mismatch: np.ndarray    # int64 [reps]: differing bytes (arena + accepted counts) per repetition
+    first_failing_rep: int | None
+    used_graph: bool
+    fallback_reason: str | None     # why no graph was used (None: graph=False, or a graph was used)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """``replays`` replays of a K-repetition graph, then ``tail`` plain repetitions."""
+
+    k: int
+    replays: int
+    tail: int
+
+    @property
+    def reps(self) -> int:
+        return self.k * self.replays + self.tail
+
+    def tail_slots(self) -> range:
+        return range(self.k * self.replays, self.reps)
+
+
+def plan_batches(reps: int, k: int = DEFAULT_K) -> BatchPlan:
+    """Cut `reps` into equal graphs of at most `k` repetitions and a tail shorter than the graph count.
+
+    K = reps // ceil(reps / k): 100 reps with k 16 -> 7 replays of 14 and a tail of 2.
+    """
+    reps, k = operator.index(reps), operator.index(k)
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    graphs = -(-reps // k)
+    kk = reps // graphs
+    return BatchPlan(kk, graphs, reps - graphs * kk)
+
+
+def use_graph(reps: int, graph: bool | None, capturable: bool) -> tuple[bool, str | None]:
+    """Whether to try a capture, and if not, why (None when the caller asked for no graph)."""
+    if graph is False:
+        return False, None
+    if not capturable:
+        return False, "no CUDA graph on this device"
+    if graph is None and reps < MIN_GRAPH_REPS:
+        return False, f"{reps} repetitions: fewer than {MIN_GRAPH_REPS} are not worth a capture"
+    return True, None
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+@dataclass
+class Drive:
+    used_graph: bool
+    fallback_reason: str | None
+    graph: Any = None  # keep the captured graph alive until the batch has been synchronised
+
+
+def drive(plan: BatchPlan, try_graph: bool, capture: Callable[[], Any], launch_rep: Callable[[int], None],
+          reset: Callable[[], None], reason: str | None = None) -> Drive:
+    """Run every slot of `plan` exactly once: by graph replays + tail launches, or by plain launches.
+
+    `capture()` returns an object with ``replay()`` that runs the plan's K
+    repetitions into the next K slots; any exception from it means "no
+    graph": `reset()` restores the inputs and every slot runs through
+    `launch_rep(slot)`.
+    """
+    graph = None
+    if try_graph:
+        try:
+            graph = capture()
+        except Exception as exc:  # noqa: BLE001 - any capture failure means "use the loop"
+            reason = f"capture failed: {describe(exc)}"
+            reset()
+    if graph is None:
+        for slot in range(plan.reps):
+            launch_rep(slot)
+        return Drive(False, reason)
+    for _ in range(plan.replays):
+        graph.replay()
+    for slot in plan.tail_slots():
+        launch_rep(slot)
+    return Drive(True, None, graph)
+
+
+class CaptureError(RuntimeError):
+    pass
+
+
+def cuda_capture(body: Callable[[], None], warmup: Callable[[], None]):
+    """Capture `body` in a CUDA graph on a side stream after warming up on it.
+
+    The warm-up runs twice outside capture: once to compile and lazily
+    initialise everything, once with torch's sync debug mode set to "error" so a
+    target that synchronises with the host is refused before a capture is
+    attempted (a sync inside a capture invalidates it).  torch.cuda.graph() is
+    not used: its __enter__ synchronises and empties the allocator cache, and
+    its __exit__ leaves the side stream current when capture_end raises.
+    """
+    prev = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    side.wait_stream(prev)
+    try:
+        with torch.cuda.stream(side):
+            warmup()
+            mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                warmup()
+            except RuntimeError as exc:
+                if "synchroniz" in str(exc):
+                    raise CaptureError(f"the target synchronises with the host ({describe(exc)})") from exc
+                raise
+            finally:
+                torch.cuda.set_sync_debug_mode(mode)
+            g = torch.cuda.CUDAGraph()
+            g.capture_begin(capture_error_mode="thread_local")
+            failed = None
+            try:
+                body()
+            except BaseException as exc:  # noqa: BLE001 - capture_end must run whatever happened
+                failed = exc
+            try:
+                g.capture_end()
+            except Exception as exc:
+                if failed is None:
+                    raise
+                raise CaptureError(f"{describe(failed)}; then capture_end: {describe(exc)}") from failed
+            if failed is not None:
+                raise failed
+    finally:
+        prev.wait_stream(side)
+    return g
+
+
+class _Buffers:
+    """The device copies a check needs, made once per Materialized."""
+
+    def __init__(self, m: Materialized):
+        dev = m.arena.device
+        aux = {}
+        if m.expected_accepted is not None:
+            acc = m.args["num_accepted"]
+            aux = dict(aux=acc, aux_snapshot=m.accepted_snapshot,
+                       aux_expected=torch.from_numpy(np.ascontiguousarray(m.expected_accepted, dtype=np.int32))
+                       .to(dev))
+            if aux["aux_expected"].numel() != acc.numel():
+                raise ValueError("expected accepted counts and num_accepted differ in length")
+        from kernels.check import CheckRestore
+
+        if m._positions is None:
+            expected = torch.from_numpy(np.ascontiguousarray(m.expected)).to(dev)
+            self.check = CheckRestore(m.arena, expected, m._arena_snapshot, m.arena.numel(), **aux)
+        else:
+            live = m.positions >= 0
+            expected = torch.from_numpy(np.ascontiguousarray(m.expected[live])).to(dev)
+            self.check = CheckRestore(m.arena, expected, m._arena_snapshot, expected.numel(),
+                                      positions=m._positions, **aux)
+
+    @staticmethod
+    def of(m: Materialized) -> "_Buffers":
+        cached = m.__dict__.get("_gpu_reps_buffers")
+        if cached is None:
+            cached = m.__dict__["_gpu_reps_buffers"] = _Buffers(m)
+        return cached
+
+
+def device_reps_enabled() -> bool:
+    return os.environ.get(HOST_REPS_ENV, "").strip() != "1"
+
+
+def graph_from_env() -> bool | None:
+    v = os.environ.get(GRAPH_ENV, "").strip()
+    return {"0": False, "1": True}.get(v)
+
+
+def _runner(m: Materialized, fn, amplifiable: bool | None) -> Callable[[], None]:
+    if amplifiable is None:
+        return lambda: m.run(fn)
+    return lambda: m.run(fn, amplifiable)
+
+
+def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: int = DEFAULT_K,
+             capture: Callable | None = None, amplifiable: bool | None = None) -> RepResult:
+    """Run `fn` on `m` `reps` times, each judged and restored on the device; one host sync.
+
+    `graph`: True tries a CUDA graph, False never does, None tries one when
+    `reps` >= MIN_GRAPH_REPS.  `capture(body, warmup)` replaces `cuda_capture`
+    (tests pass fakes; with one given, CPU tensors may take the graph path).
+    """
+    plan = plan_batches(reps, k)
+    check = _Buffers.of(m).check
+    run = _runner(m, fn, amplifiable)
+    dev = m.arena.device
+    counter = torch.zeros(reps, dtype=torch.int64, device=dev)
+    m.restore()
+
+    # Every check passes a slot base (one compiled variant; warm-up, capture and loop all use it).
+    # All of these are fresh allocations, so Triton sees the same pointer alignment everywhere
+    # and nothing compiles during the capture.
+    zero_base = torch.zeros(1, dtype=torch.int64, device=dev)   # plain launches: absolute slots
+    slot_base = torch.zeros(1, dtype=torch.int64, device=dev)   # the graph: advanced by K per replay
+    scratch = torch.zeros(1, dtype=torch.int64, device=dev)     # the warm-up's count, never read
+
+    def launch_rep(slot: int) -> None:
+        run()
+        check(counter, slot, zero_base)
+
+    def body() -> None:
+        for i in range(plan.k):
+            run()
+            check(counter, i, slot_base)
+        slot_base.add_(plan.k)
+
+    def warmup() -> None:  # the same launches as body(), outside the capture
+        run()
+        check(scratch, 0, zero_base)
+
+    try_graph, reason = use_graph(reps, graph, dev.type == "cuda" or capture is not None)
+    cap = capture or cuda_capture
+    d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason)
+    per_rep = counter.cpu().numpy()  # the one host synchronisation of the batch
+    used, why = d.used_graph, d.fallback_reason
+    del d  # the graph (and its memory pool) may go now that the batch has finished
+    bad = np.flatnonzero(per_rep)
+    return RepResult(failures=int(bad.size), reps=reps, per_rep_mismatch=per_rep,
+                     first_failing_rep=int(bad[0]) if bad.size else None,
+                     used_graph=used, fallback_reason=why)
+
+
+def failing_mismatch(m: Materialized, fn, result: RepResult, *, attempts: int = RERUN_ATTEMPTS,
+                     sync: Callable[[], None] | None = None, amplifiable: bool | None = None) -> Mismatch | None:
+    """The first differing bytes of a failing repetition, for the report.
+
+    The arena holds no trace of it (every check restored it), so the
+    repetition is rerun the plain way (restore, launch, synchronise,
+    ``m.compare()``) until it fails again, at most `attempts` times.  A racy
+    failure may not come back: the Mismatch then carries the device's byte count
+    and a note instead of first bytes.
+    """
+    if result.first_failing_rep is None:
+        return None
+    if sync is None:
+        sync = torch.cuda.synchronize if m.arena.device.type == "cuda" else (lambda: None)
+    run = _runner(m, fn, amplifiable)
+    for _ in range(max(0, attempts)):
+        m.restore()
+        run()
+        sync()
+        mm = m.compare()
+        if mm is not None:
+            return mm
+    m.restore()
+    rep = result.first_failing_rep
+    total = int(m.snapshot.size)
+    return Mismatch(int(result.per_rep_mismatch[rep]), total, [],
+                    note=f"repetition {rep} differed in {int(result.per_rep_mismatch[rep])} bytes on the device "
+                         f"(arena and accepted counts); {attempts} plain reruns did not fail again, "
+                         f"so no first bytes")

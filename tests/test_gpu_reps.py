@@ -1,0 +1,543 @@
+"""Device-side repetitions: kernels.check.check_restore and mambafuzz.gpu_reps.
+
+On the CPU: the batching / graph-fallback decisions with fakes, check_restore
+through Triton's interpreter on hand-made buffers (exact byte counts, arena
+restored), and run_reps end to end in loop mode and with a fake "graph" (an
+object whose replay() runs the recorded body eagerly).  With
+``MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/test_gpu_reps.py`` the same
+check_restore tests run compiled, plus run_reps with real CUDA graphs.
+"""
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import kernels  # noqa: E402
+from kernels import registry  # noqa: E402
+from kernels.check import CheckRestore, check_restore, check_restore_sparse  # noqa: E402
+from mambafuzz import engine, gpu_reps  # noqa: E402
+from mambafuzz import materialize as materialize_mod  # noqa: E402
+from mambafuzz.cases import BatchCopyCase  # noqa: E402
+from mambafuzz.gpu_reps import (BatchPlan, drive, failing_mismatch, plan_batches, run_reps,  # noqa: E402
+                                use_graph)
+from mambafuzz.materialize import materialize  # noqa: E402
+
+if kernels.INTERPRETED:
+    DEVICES = [pytest.param("cpu", id="cpu")]
+else:
+    DEVICES = [pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+
+def _racy():
+    """bench/gpu_racy's case builders (its import sets TRITON_INTERPRET=0: put it back)."""
+    saved = os.environ.get("TRITON_INTERPRET")
+    import gpu_racy
+    if saved is not None:
+        os.environ["TRITON_INTERPRET"] = saved
+    return gpu_racy
+
+
+# --------------------------------------------------------------------------
+# pure decisions
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("reps,k,want", [
+    (1, 16, BatchPlan(1, 1, 0)),
+    (16, 16, BatchPlan(16, 1, 0)),
+    (17, 16, BatchPlan(8, 2, 1)),
+    (100, 16, BatchPlan(14, 7, 2)),
+    (100, 25, BatchPlan(25, 4, 0)),
+    (101, 25, BatchPlan(20, 5, 1)),
+    (5, 1, BatchPlan(1, 5, 0)),
+])
+def test_plan_batches_examples(reps, k, want):
+    assert plan_batches(reps, k) == want
+
+
+@given(st.integers(1, 100_000), st.integers(1, 512))
+def test_plan_batches_covers_every_rep_once(reps, k):
+    p = plan_batches(reps, k)
+    assert p.reps == reps
+    assert 1 <= p.k <= min(k, reps)
+    assert 0 <= p.tail < p.replays  # the tail is shorter than the number of graphs
+    assert list(p.tail_slots()) == list(range(p.k * p.replays, reps))
+
+
+@pytest.mark.parametrize("bad", [(0, 16), (-3, 16), (10, 0)])
+def test_plan_batches_rejects_nonsense(bad):
+    with pytest.raises(ValueError):
+        plan_batches(*bad)
+
+
+def test_use_graph_decisions():
+    assert use_graph(1000, False, True) == (False, None)
+    try_, why = use_graph(1000, True, False)
+    assert not try_ and "device" in why
+    try_, why = use_graph(1000, None, False)
+    assert not try_ and "device" in why
+    try_, why = use_graph(gpu_reps.MIN_GRAPH_REPS - 1, None, True)
+    assert not try_ and "worth" in why
+    assert use_graph(gpu_reps.MIN_GRAPH_REPS, None, True) == (True, None)
+    assert use_graph(2, True, True) == (True, None)  # asked for: tried even when small
+
+
+def restored(m):
+    """The live arena (at the live positions when sparse) equals the snapshot."""
+    if m.positions is None:
+        return np.array_equal(m.arena.cpu().numpy(), m.snapshot)
+    live = m.positions >= 0
+    return np.array_equal(m.arena[m._positions].cpu().numpy(), m.snapshot[live])
+
+
+def test_environment_switches(monkeypatch):
+    monkeypatch.delenv(gpu_reps.GRAPH_ENV, raising=False)
+    monkeypatch.delenv(gpu_reps.HOST_REPS_ENV, raising=False)
+    assert gpu_reps.graph_from_env() is None and gpu_reps.device_reps_enabled()
+    monkeypatch.setenv(gpu_reps.GRAPH_ENV, "0")
+    assert gpu_reps.graph_from_env() is False
+    monkeypatch.setenv(gpu_reps.GRAPH_ENV, "1")
+    assert gpu_reps.graph_from_env() is True
+    monkeypatch.setenv(gpu_reps.HOST_REPS_ENV, "1")
+    assert not gpu_reps.device_reps_enabled()
+
+
+class FakeGraph:
+    """Replays the plan's K slots, advancing its own slot base like the real graph does."""
+
+    def __init__(self, plan, filled):
+        self.plan, self.filled, self.base, self.replays = plan, filled, 0, 0
+
+    def replay(self):
+        for i in range(self.plan.k):
+            self.filled.append(("graph", self.base + i))
+        self.base += self.plan.k
+        self.replays += 1
+
+
+def _drive(plan, try_graph, capture_ok=True, reason=None, exc=RuntimeError("operation not permitted "
+                                                                            "when stream is capturing")):
+    filled, resets, graphs = [], [], []
+
+    def capture():
+        if not capture_ok:
+            raise exc
+        graphs.append(FakeGraph(plan, filled))
+        return graphs[-1]
+
+    d = drive(plan, try_graph, capture, lambda slot: filled.append(("loop", slot)), lambda: resets.append(1),
+              reason)
+    return d, filled, resets, graphs
+
+
+@given(st.integers(1, 300), st.integers(1, 40))
+def test_drive_graph_path_fills_every_slot_once(reps, k):
+    plan = plan_batches(reps, k)
+    d, filled, resets, graphs = _drive(plan, True)
+    assert d.used_graph and d.fallback_reason is None and d.graph is graphs[0]
+    assert sorted(s for _, s in filled) == list(range(reps))
+    assert graphs[0].replays == plan.replays
+    assert [s for how, s in filled if how == "loop"] == list(plan.tail_slots())
+    assert not resets
+
+
+def test_drive_falls_back_to_the_loop_when_capture_fails():
+    plan = plan_batches(100, 16)
+    d, filled, resets, graphs = _drive(plan, True, capture_ok=False)
+    assert not d.used_graph and d.graph is None
+    assert "capture failed" in d.fallback_reason and "stream is capturing" in d.fallback_reason
+    assert filled == [("loop", s) for s in range(100)]
+    assert resets == [1]  # the inputs are restored once before the loop
+
+
+def test_drive_without_graph_never_captures():
+    plan = plan_batches(40, 16)
+    d, filled, resets, graphs = _drive(plan, False, reason="why not")
+    assert not graphs and not resets
+    assert not d.used_graph and d.fallback_reason == "why not"
+    assert filled == [("loop", s) for s in range(40)]
+
+
+# --------------------------------------------------------------------------
+# check_restore on hand-made buffers (interpreted on the CPU, compiled on cuda)
+# --------------------------------------------------------------------------
+def _buffers(seed, n, flips, device, offset=0):
+    """expected, snapshot, and an arena equal to expected except at `flips` (each byte XOR nonzero)."""
+    rng = np.random.default_rng(seed)
+    exp = rng.integers(0, 256, n, dtype=np.uint8)
+    snap = rng.integers(0, 256, n, dtype=np.uint8)
+    act = exp.copy()
+    flips = np.asarray(sorted(set(int(f) for f in flips)), dtype=np.int64)
+    act[flips] ^= rng.integers(1, 256, flips.size, dtype=np.uint8)
+
+    def dev(a):  # `offset` bytes in: a misaligned view when offset % 8 != 0
+        t = torch.zeros(n + offset, dtype=torch.uint8, device=device)
+        t[offset:] = torch.from_numpy(a).to(device)
+        return t[offset:]
+
+    return dev(act), dev(exp), dev(snap), snap, flips.size
+
+
+LENGTHS = [1, 7, 8, 9, 15, 16, 31, 32, 33, 255, 256, 257, 1000, 4099]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", LENGTHS)
+def test_check_restore_counts_exactly_and_restores(device, n):
+    rng = np.random.default_rng(n)
+    # flips everywhere: first and last byte, the byte tail, several bytes of one word, random others
+    flips = {0, n - 1, max(0, n - 3)} | set(rng.integers(0, n, size=max(1, n // 7)).tolist())
+    arena, exp, snap_t, snap, k = _buffers(n, n, flips, device)
+    counter = torch.zeros(4, dtype=torch.int64, device=device)
+    chk = CheckRestore(arena, exp, snap_t, words=4)  # 32-byte programs: many programs, full and partial
+    assert chk.kind == "dense-u64"
+    chk(counter, 2)
+    assert counter.tolist() == [0, 0, k, 0]
+    assert np.array_equal(arena.cpu().numpy(), snap)
+    # the arena now holds the snapshot: a second check counts snapshot-vs-expected and adds it
+    chk(counter, 2)
+    assert counter[2].item() == k + int(np.count_nonzero(snap != exp.cpu().numpy()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n,offset", [(1, 1), (9, 3), (4099, 1), (5000, 5)])
+def test_check_restore_misaligned_buffers_take_the_byte_path(device, n, offset):
+    rng = np.random.default_rng(n)
+    flips = set(rng.integers(0, n, size=max(1, n // 5)).tolist()) | {n - 1}
+    arena, exp, snap_t, snap, k = _buffers(7, n, flips, device, offset=offset)
+    chk = CheckRestore(arena, exp, snap_t, nbytes_per_program=1024)
+    assert chk.kind == "dense-bytes"
+    counter = torch.zeros(1, dtype=torch.int64, device=device)
+    chk(counter, 0)
+    assert counter.item() == k
+    assert np.array_equal(arena.cpu().numpy(), snap)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_check_restore_counts_every_byte_pattern_of_a_word(device):
+    # word w differs from expected only in the bytes set in mask w (all 256 masks), with
+    # values that stress the SWAR count: top bits (0x80), all ones, single low bits
+    n = 256 * 8
+    exp = np.zeros(n, dtype=np.uint8)
+    act = exp.copy()
+    vals = np.array([0x80, 0xFF, 0x01, 0x10, 0x7F, 0x08, 0x40, 0x81], dtype=np.uint8)
+    for w in range(256):
+        for b in range(8):
+            if w >> b & 1:
+                act[w * 8 + b] = vals[(w + b) % 8]
+    want = int(np.count_nonzero(act != exp))
+    for words in (2, 16, 1024):
+        a = torch.from_numpy(act.copy()).to(device)
+        e = torch.from_numpy(exp).to(device)
+        counter = torch.zeros(1, dtype=torch.int64, device=device)
+        CheckRestore(a, e, e, words=words)(counter)
+        assert counter.item() == want == 256 * 4
+        assert not a.any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_check_restore_slot_base_and_function_form(device):
+    arena, exp, snap_t, snap, k = _buffers(3, 100, [5, 50, 99], device)
+    counter = torch.zeros(10, dtype=torch.int64, device=device)
+    base = torch.tensor([5], dtype=torch.int64, device=device)
+    check_restore(arena, exp, snap_t, counter, 100, slot=2, slot_base=base)
+    assert counter.tolist() == [0] * 7 + [3, 0, 0]
+    # n shorter than the buffers: bytes past n are neither counted nor restored
+    arena, exp, snap_t, snap, k = _buffers(3, 100, [5, 90], device)
+    before = arena.cpu().numpy().copy()
+    counter.zero_()
+    check_restore(arena, exp, snap_t, counter, 64)
+    assert counter[0].item() == 1
+    got = arena.cpu().numpy()
+    assert np.array_equal(got[:64], snap[:64]) and np.array_equal(got[64:], before[64:])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [0, 1, 13, 64, 1000])
+def test_check_restore_aux_counts_into_the_same_slot(device, n):
+    arena, exp, snap_t, snap, k = _buffers(11, max(n, 1), [0] if n else [], device) if n else \
+        (torch.zeros(0, dtype=torch.uint8, device=device),) * 3 + (np.zeros(0, np.uint8), 0)
+    acc = torch.tensor([1, 2, 3, 300, 5], dtype=torch.int32, device=device)
+    acc_exp = torch.tensor([1, 1, 3, 0x10000 + 300, 5], dtype=torch.int32, device=device)
+    acc_snap = torch.tensor([9, 9, 9, 9, 9], dtype=torch.int32, device=device)
+    for words in (4, 1024):
+        a = acc.clone()
+        ar = arena.clone()
+        counter = torch.zeros(2, dtype=torch.int64, device=device)
+        CheckRestore(ar, exp, snap_t, words=words, aux=a, aux_expected=acc_exp, aux_snapshot=acc_snap)(counter, 1)
+        # request 1: 2 vs 1 (one byte); request 3: 300 vs 65836 (one byte, the third)
+        assert counter.tolist() == [0, k + 2]
+        assert a.tolist() == [9] * 5
+        assert np.array_equal(ar.cpu().numpy(), snap)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [1, 100, 5000])
+def test_check_restore_sparse_gathers_and_scatters(device, n):
+    rng = np.random.default_rng(n)
+    size = 3 * n + 50
+    pos = np.sort(rng.choice(size, size=n, replace=False)).astype(np.int64)
+    exp = rng.integers(0, 256, n, dtype=np.uint8)
+    snap = rng.integers(0, 256, n, dtype=np.uint8)
+    full = rng.integers(0, 256, size, dtype=np.uint8)
+    full[pos] = exp
+    bad = rng.choice(n, size=max(1, n // 3), replace=False)
+    full[pos[bad]] ^= 0x5A
+    before = full.copy()
+    arena = torch.from_numpy(full).to(device)
+    counter = torch.zeros(3, dtype=torch.int64, device=device)
+    acc = torch.tensor([4, 4], dtype=torch.int32, device=device)
+    check_restore_sparse(arena, torch.from_numpy(pos).to(device), torch.from_numpy(exp).to(device),
+                         torch.from_numpy(snap).to(device), counter, slot=1,
+                         aux=acc, aux_expected=torch.tensor([4, 1], dtype=torch.int32, device=device),
+                         aux_snapshot=torch.tensor([7, 7], dtype=torch.int32, device=device))
+    assert counter.tolist() == [0, bad.size + 1, 0]
+    got = arena.cpu().numpy()
+    want = before.copy()
+    want[pos] = snap
+    assert np.array_equal(got, want)  # only the positions change
+    assert acc.tolist() == [7, 7]
+
+
+def test_check_restore_rejects_bad_buffers():
+    a = torch.zeros(16, dtype=torch.uint8)
+    with pytest.raises(ValueError):
+        CheckRestore(a, torch.zeros(8, dtype=torch.uint8), torch.zeros(16, dtype=torch.uint8), 16)
+    with pytest.raises(TypeError):
+        CheckRestore(a.to(torch.int32), a, a)
+    with pytest.raises(TypeError):
+        CheckRestore(a, a, a)(torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(TypeError):
+        CheckRestore(a, a, a, positions=torch.zeros(16, dtype=torch.int32))
+
+
+# --------------------------------------------------------------------------
+# run_reps end to end (interpreter: loop mode and a fake eager "graph")
+# --------------------------------------------------------------------------
+def eager_capture(body, warmup):
+    """A stand-in for cuda_capture on the CPU: warm up once, then each replay runs the body."""
+    warmup()
+
+    class Eager:
+        def replay(self):
+            body()
+    return Eager()
+
+
+def _left(rows, size, shift, arena_pad=64):
+    copies, base = [], 64
+    for _ in range(rows):
+        copies.append((base + shift, base, size))
+        base += size + shift + arena_pad
+    return BatchCopyCase(arena_size=base + 64, copies=tuple(copies), seed=5)
+
+
+def test_run_reps_correct_kernel_passes_in_loop_and_graph_form():
+    m = materialize(_left(2, 77, 8), "cpu")
+    fn = registry.get("triton.batch_memcpy").fn
+    r = run_reps(m, fn, 5, graph=False)
+    assert (r.failures, r.reps, r.first_failing_rep, r.used_graph, r.fallback_reason) == (0, 5, None, False, None)
+    assert r.per_rep_mismatch.dtype == np.int64 and r.per_rep_mismatch.tolist() == [0] * 5
+    g = run_reps(m, fn, 7, graph=True, k=3, capture=eager_capture)
+    assert g.used_graph and g.failures == 0 and g.reps == 7
+    assert restored(m)  # the arena is left restored
+
+
+def test_run_reps_wrong_kernel_fails_every_rep_with_the_compare_count():
+    case = _left(2, 77, 8)  # aligned shift: the u64 path, whose 77 % 8 tail TAIL-DROP drops
+    fn = registry.get("zoo.TAIL-DROP").fn
+    m = materialize(case, "cpu")
+    m.run(fn)
+    want = m.compare().count
+    assert want > 0
+    loop = run_reps(m, fn, 4, graph=False)
+    graph = run_reps(m, fn, 5, graph=True, k=2, capture=eager_capture)
+    assert loop.per_rep_mismatch.tolist() == [want] * 4
+    assert graph.per_rep_mismatch.tolist() == [want] * 5
+    assert (loop.failures, loop.first_failing_rep, graph.failures) == (4, 0, 5)
+    mm = failing_mismatch(m, fn, loop)
+    assert mm is not None and mm.count == want and mm.first
+
+
+def test_run_reps_capture_failure_restores_and_falls_back():
+    m = materialize(_left(1, 40, 8), "cpu")
+    fn = registry.get("triton.batch_memcpy").fn
+
+    def bad_capture(body, warmup):
+        warmup()
+        m.arena.fill_(0)  # a half-run target: the loop must not start from this
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    r = run_reps(m, fn, 6, graph=True, capture=bad_capture)
+    assert not r.used_graph and "stream is capturing" in r.fallback_reason
+    assert r.failures == 0 and r.reps == 6
+
+
+def test_run_reps_without_a_device_graph_says_why():
+    m = materialize(_left(1, 40, 8), "cpu")
+    r = run_reps(m, registry.get("triton.batch_memcpy").fn, 3, graph=True)
+    assert not r.used_graph and "device" in r.fallback_reason and r.failures == 0
+
+
+def test_run_reps_counts_accepted_counts_of_postprocess():
+    case = _racy().self_copy_postprocess(2, 1, 1)
+    m = materialize(case, "cpu")
+    good = registry.get("triton.postprocess").fn
+    assert run_reps(m, good, 3, graph=False).failures == 0
+
+    def off_by_one(**kw):  # right bytes, wrong accepted counts
+        good(**kw)
+        kw["num_accepted"].add_(1)
+
+    r = run_reps(m, off_by_one, 3, graph=True, k=2, capture=eager_capture)
+    assert r.per_rep_mismatch.tolist() == [2, 2, 2]  # one byte of each of the 2 requests' int32
+    assert m.args["num_accepted"].tolist() == list(case.num_accepted)  # restored
+    mm = failing_mismatch(m, off_by_one, r)
+    assert mm.count == 0 and len(mm.accepted) == 2
+
+
+def test_run_reps_sparse_materialisation(monkeypatch):
+    monkeypatch.setattr(materialize_mod, "DENSE_LIMIT", 1024)
+    case = _racy().same_block_conv("conv_sd", 12, 4, 16, 2, 1)  # 12 blocks of 128 bytes + 512: sparse
+    m = materialize(case, "cpu")
+    assert m.positions is not None
+    good = registry.get("triton.state_copy").fn
+    r = run_reps(m, good, 3, graph=False)
+    assert r.failures == 0
+    assert gpu_reps._Buffers.of(m).check.kind == "sparse"
+
+    def scribble(**kw):
+        good(**kw)
+        kw["arena"][300:310] ^= 0xFF  # bytes 44..53 of block 0: live positions
+
+    m.run(scribble)
+    want = m.compare().count
+    m.restore()
+    r = run_reps(m, scribble, 4, graph=True, k=2, capture=eager_capture)
+    assert r.per_rep_mismatch.tolist() == [want] * 4 and want > 0
+    assert restored(m)
+
+
+# --------------------------------------------------------------------------
+# the engine's device path (reps_verdict), driven on the CPU
+# --------------------------------------------------------------------------
+def test_reps_verdict_reports_failures_and_first_bytes():
+    m = materialize(_left(2, 77, 8), "cpu")
+    v = engine.reps_verdict(m, registry.get("zoo.TAIL-DROP").fn, 6)
+    assert (v.reps, v.failures, v.mode, v.fault) == (6, 6, "compare", None)
+    assert v.mismatch is not None and v.mismatch.first and "6/6 repetitions" in v.summary()
+    m = materialize(_left(2, 77, 8), "cpu")
+    v = engine.reps_verdict(m, registry.get("triton.batch_memcpy").fn, 6)
+    assert not v.failed and v.reps == 6
+
+
+def test_reps_verdict_when_the_failure_does_not_come_back():
+    m = materialize(_left(1, 40, 8), "cpu")
+    good = registry.get("triton.batch_memcpy").fn
+    calls = []
+
+    def flaky(**kw):  # corrupts only the first repetition, like a rare race
+        good(**kw)
+        calls.append(1)
+        if len(calls) == 1:
+            kw["arena"][70] ^= 1
+
+    v = engine.reps_verdict(m, flaky, 5, graph=False)
+    assert (v.reps, v.failures) == (5, 1)
+    assert v.mismatch.count == 1 and not v.mismatch.first and "did not fail again" in v.mismatch.note
+    assert "1/5 repetitions" in v.summary()
+    assert v.to_json()["mismatch"]["note"]
+
+
+def test_reps_verdict_turns_a_raising_target_into_a_fault():
+    m = materialize(_left(1, 40, 8), "cpu")
+
+    def boom(**kw):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    v = engine.reps_verdict(m, boom, 5)
+    assert v.fault and "illegal memory access" in v.fault and v.failed
+
+
+def test_run_case_on_the_cpu_does_not_use_the_device_path(monkeypatch):
+    def no(*a, **k):
+        raise AssertionError("run_reps on the CPU path")
+
+    monkeypatch.setattr(gpu_reps, "run_reps", no)
+    v = engine.run_case(registry.get("zoo.TAIL-DROP").fn, _left(1, 77, 8), "cpu", reps=3, mode="compare")
+    assert (v.reps, v.failures) == (3, 3)
+
+
+# --------------------------------------------------------------------------
+# GPU: real CUDA graphs (MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/test_gpu_reps.py)
+# --------------------------------------------------------------------------
+GPU_CASES = [
+    ("triton.batch_memcpy", lambda r: r.batch_rows(128, 32 << 10, -16)),
+    ("triton.batch_memcpy", lambda r: r.batch_rows(1024, 3077, -3)),
+    ("triton.state_copy", lambda r: r.same_block_conv("conv_sd", 1024, 4, 128, 2, 1)),
+    ("triton.state_copy", lambda r: r.same_block_conv("conv_ds", 512, 4, 512, 2, 1)),
+    ("triton.postprocess", lambda r: r.self_copy_postprocess(256, 4, 16)),
+    ("triton.state_copy", lambda r: r.huge_pool()),  # sparse materialisation, > 2 GiB addresses
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,make", GPU_CASES)
+def test_gpu_correct_kernels_pass_with_graph_and_loop(name, make):
+    m = materialize(make(_racy()), "cuda")
+    fn = registry.get(name).fn
+    g = run_reps(m, fn, 100, graph=True)
+    assert g.used_graph, g.fallback_reason
+    assert g.failures == 0, g.per_rep_mismatch
+    lp = run_reps(m, fn, 100, graph=False)
+    assert not lp.used_graph and lp.failures == 0, lp.per_rep_mismatch
+    assert restored(m)
+
+
+@pytest.mark.gpu
+def test_gpu_torch_path_falls_back_to_the_loop():
+    m = materialize(_racy().batch_rows(4, 4096, -16), "cuda")
+    r = run_reps(m, registry.get("torch.batch_memcpy").fn, 50, graph=True)
+    # the sync-debug probe should refuse it before any capture ("synchronises with the host")
+    assert not r.used_graph and r.fallback_reason, r.fallback_reason
+    print("torch path fallback:", r.fallback_reason)
+    assert r.failures == 0
+    assert restored(m)
+    # the process is still fine for a capture afterwards
+    g = run_reps(m, registry.get("triton.batch_memcpy").fn, 50, graph=True)
+    assert g.used_graph and g.failures == 0
+
+
+@pytest.mark.gpu
+def test_gpu_bm_noguard_fails_most_reps_graph_and_loop_agree():
+    m = materialize(_racy().batch_rows(128, 32 << 10, -16), "cuda")
+    fn = registry.get("zoo.BM-NOGUARD").fn
+    g = run_reps(m, fn, 100, graph=True)
+    lp = run_reps(m, fn, 100, graph=False)
+    assert g.used_graph
+    assert g.failures >= 50 and lp.failures >= 50, (g.failures, lp.failures)
+    v = engine.run_case(fn, _racy().batch_rows(128, 32 << 10, -16), "cuda", reps=100, mode="compare")
+    assert v.failures >= 50 and v.mismatch is not None, v.summary()
+
+
+@pytest.mark.gpu
+def test_gpu_deterministic_bug_graph_and_loop_agree_exactly():
+    case = _racy().batch_rows(64, 4096 + 5, -8)
+    m = materialize(case, "cuda")
+    fn = registry.get("zoo.TAIL-DROP").fn
+    g = run_reps(m, fn, 64, graph=True)
+    lp = run_reps(m, fn, 64, graph=False)
+    assert g.used_graph
+    m.restore()
+    m.run(fn)
+    torch.cuda.synchronize()
+    want = m.compare().count
+    assert g.per_rep_mismatch.tolist() == lp.per_rep_mismatch.tolist() == [want] * 64
