@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -41,10 +40,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-
-def _die(msg: str) -> None:
-    print(f"gpu_bench: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+from _gpu_common import Report, device_line, median_us, reference_copy, require_compiled_gpu  # noqa: E402
 
 
 def _args(argv):
@@ -90,15 +86,7 @@ def _cases(quick: bool):
 
 def main(argv=None) -> int:
     args = _args(argv)
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        _die("TRITON_INTERPRET=1 is set; this benchmark times compiled kernels on a GPU "
-             "(unset it or run with TRITON_INTERPRET=0)")
-    os.environ["TRITON_INTERPRET"] = "0"
-    import torch
-    if not torch.cuda.is_available():
-        _die("needs a CUDA GPU with compiled Triton; none is available here "
-             "(the CPU interpreter is for correctness, not timing)")
-    import triton
+    torch = require_compiled_gpu("gpu_bench", force_compiled=True)
 
     import kernels
     from kernels import registry
@@ -113,34 +101,18 @@ def main(argv=None) -> int:
         args.reps_large = min(args.reps_large, 3)
         args.ref_mib = min(args.ref_mib, 256)
     k = args.k or gpu_reps.DEFAULT_K
-    lines: list[str] = []
-
-    def out(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    out = Report("gpu_bench")
 
     # ---------------------------------------------------------------- reference
-    n_ref = args.ref_mib << 20
-    a = torch.empty(n_ref, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    a.fill_(1)
-    b.copy_(a)
-    ts = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        b.copy_(a)
-        end.record()
-        end.synchronize()
-        ts.append(start.elapsed_time(end) * 1e-3)
-    ref_bw = 2 * n_ref / statistics.median(ts)  # bytes/s, read + write
-    del a, b
-    torch.cuda.empty_cache()
+    def time_copy(copy):
+        copy()  # warm up
+        return median_us(copy, reps=1, samples=5)
+
+    _, ref_bw = reference_copy(args.ref_mib, time_copy)  # bytes/s, read + write
 
     out("# gpu_bench: repetitions per second")
     out()
-    out(f"- device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
-        f"python {platform.python_version()}")
+    out(device_line())
     out(f"- method: plain / loop / graph alternated, {args.pairs} rounds, median; one sample = one call of "
         f"N repetitions (N = {args.reps_small} small, {args.reps_large} large); graph K <= {k}")
     out(f"- reference: torch copy_ of {args.ref_mib} MiB device-to-device: {ref_bw / 1e9:.0f} GB/s (read + write)")
@@ -212,10 +184,7 @@ def main(argv=None) -> int:
     out("failures p/l/g: failing repetitions over all timed rounds (correct targets: expect 0/0/0).")
     out()
     out(f"_written {time.strftime('%Y-%m-%d %H:%M:%S')}_")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-        print(f"gpu_bench: wrote {args.out}")
+    out.write(args.out)
     return 0
 
 

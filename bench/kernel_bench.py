@@ -18,21 +18,17 @@ device-to-device copy (``torch`` ``copy_`` of a large buffer).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
 
-
-def _die(msg: str) -> None:
-    print(f"kernel_bench: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+from _gpu_common import Report, device_line, reference_copy, require_compiled_gpu, timed_us  # noqa: E402
 
 
 def _args(argv):
@@ -51,15 +47,8 @@ def _args(argv):
 
 def main(argv=None) -> int:
     args = _args(argv)
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        _die("TRITON_INTERPRET=1 is set; this benchmark times compiled kernels on a GPU "
-             "(unset it or run with TRITON_INTERPRET=0)")
-    import torch
-    if not torch.cuda.is_available():
-        _die("needs a CUDA GPU with compiled Triton; none is available here "
-             "(the CPU interpreter is for correctness, not timing)")
+    torch = require_compiled_gpu("kernel_bench")
     import numpy as np
-    import triton
 
     import kernels
     import oracle
@@ -70,45 +59,23 @@ def main(argv=None) -> int:
     assert not kernels.INTERPRETED
     dev = torch.device("cuda")
     nw = args.num_warps
-    lines: list[str] = []
-
-    def out(s=""):
-        print(s, flush=True)
-        lines.append(s)
-
-    def timed(fn, reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / reps * 1e3  # microseconds per launch
+    out = Report("kernel_bench")
 
     def ab(fa, fb, reps=args.reps, pairs=args.pairs):
         fa(), fb()  # compile / warm up
         torch.cuda.synchronize()
         ta, tb = [], []
         for _ in range(pairs):
-            ta.append(timed(fa, reps))
-            tb.append(timed(fb, reps))
+            ta.append(timed_us(fa, reps))
+            tb.append(timed_us(fb, reps))
         return statistics.median(ta), statistics.median(tb)
 
     # ---------------------------------------------------------------- reference
-    n_ref = args.ref_mib << 20
-    a = torch.empty(n_ref, dtype=torch.uint8, device=dev)
-    b = torch.empty_like(a)
-    a.fill_(1)
-    ref_us, _ = ab(lambda: b.copy_(a), lambda: b.copy_(a), reps=5)
-    ref_bw = 2 * n_ref / (ref_us * 1e-6)  # bytes/s, read + write
-    del a, b
-    torch.cuda.empty_cache()
+    ref_us, ref_bw = reference_copy(args.ref_mib, lambda copy: ab(copy, copy, reps=5)[0])  # bytes/s
 
-    props = torch.cuda.get_device_properties(dev)
     out("# kernel_bench")
     out()
-    out(f"- device: {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
-        f"python {platform.python_version()}")
+    out(device_line())
     out(f"- method: A/B alternated, {args.pairs} pairs x {args.reps} launches, median; "
         f"num_warps {nw}")
     out(f"- reference: torch copy_ of {args.ref_mib} MiB device-to-device: {ref_us:.1f} us, "
@@ -210,8 +177,8 @@ def main(argv=None) -> int:
                 bias = torch.ones(n_req, dtype=torch.int32, device=dev)
                 tf, tt = ab(lambda: state_copy(meta_t, bt_t, src, dst, bias, num_tiles=16,
                                                num_warps=nw),
-                            lambda: torch_state_copy(meta_t, bt_t, src, dst, bias, num_tiles=16,
-                                                     arena=arena),
+                            lambda arena=arena: torch_state_copy(meta_t, bt_t, src, dst, bias,
+                                                                 num_tiles=16, arena=arena),
                             reps=max(1, args.reps // 4))
                 moved = n_req * args.layers * ((cg["state_len"] - 1) * cg["dim"] * cg["elem"]
                                                + temp_bytes)
@@ -223,10 +190,7 @@ def main(argv=None) -> int:
     out()
     out(f"_written {time.strftime('%Y-%m-%d %H:%M:%S')}_")
 
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-        print(f"kernel_bench: wrote {args.out}")
+    out.write(args.out)
     return 0
 
 

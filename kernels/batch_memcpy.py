@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from .copy import _move_span
-from .perturb import launch_args
+from .launch import launch, variant_flags
 
 BLOCK = 1024  # bytes per body chunk
 
@@ -40,14 +40,11 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr,
                DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
 
 
+FLAG_NAMES = ("NOGUARD_LEFT", "FORWARD_RIGHT", "DROP_TAIL", "CHECK_DST_ALIGN_ONLY")
+
+
 def _flags(variant):
-    try:
-        chosen = VARIANTS[variant]
-    except KeyError:
-        raise ValueError(f"batch_memcpy: unknown variant {variant!r}; "
-                         f"known: {sorted(v for v in VARIANTS if v)}") from None
-    return {k: bool(chosen.get(k, False)) for k in
-            ("NOGUARD_LEFT", "FORWARD_RIGHT", "DROP_TAIL", "CHECK_DST_ALIGN_ONLY")}
+    return variant_flags("batch_memcpy", VARIANTS, FLAG_NAMES, variant)
 
 
 def _check_vec(name, t):
@@ -73,8 +70,5 @@ def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
     if dst_ptrs.shape[0] != n or sizes.shape[0] != n:
         raise ValueError("batch_memcpy: src_ptrs, dst_ptrs and sizes differ in length")
     flags = _flags(variant)
-    delay, seed, num_warps = launch_args(perturb, num_warps)
-    if n == 0:
-        return
-    _batch_memcpy_kernel[(n,)](src_ptrs, dst_ptrs, sizes, seed, BLOCK=block,
-                               num_warps=num_warps, num_stages=1, **flags, **delay)
+    launch(_batch_memcpy_kernel, (n,), (src_ptrs, dst_ptrs, sizes), perturb=perturb,
+           num_warps=num_warps, BLOCK=block, **flags)

@@ -66,6 +66,17 @@ def _add_count(counter, slot_base, slot, total, HAS_BASE: tl.constexpr):
 
 
 @triton.jit
+def _judge_bytes(arena_at, expected_at, snapshot_at, m):
+    """Differing bytes where ``m`` (int32); stores the snapshot bytes over the arena ones."""
+    a = tl.load(arena_at, mask=m, other=0)
+    e = tl.load(expected_at, mask=m, other=0)
+    s = tl.load(snapshot_at, mask=m, other=0)
+    total = tl.sum(((a != e) & m).to(tl.int32))
+    tl.store(arena_at, s, mask=m)
+    return total
+
+
+@triton.jit
 def _check_aux(aux, aux_expected, aux_snapshot, n_aux, AUX_BLOCK: tl.constexpr):
     """Count differing bytes of the auxiliary buffer and restore it (one program)."""
     n_aux = n_aux.to(tl.int64)
@@ -75,11 +86,7 @@ def _check_aux(aux, aux_expected, aux_snapshot, n_aux, AUX_BLOCK: tl.constexpr):
     while j < n_aux:
         o = j + lanes
         m = o < n_aux
-        x = tl.load(aux + o, mask=m, other=0)
-        e = tl.load(aux_expected + o, mask=m, other=0)
-        s = tl.load(aux_snapshot + o, mask=m, other=0)
-        acc += tl.sum(((x != e) & m).to(tl.int32))
-        tl.store(aux + o, s, mask=m)
+        acc += _judge_bytes(aux + o, aux_expected + o, aux_snapshot + o, m)
         j += AUX_BLOCK
     return acc
 
@@ -114,22 +121,14 @@ def _check_restore_dense(arena, expected, snapshot, counter, slot_base, slot, n,
             tl.store(a64 + offs, s, mask=m)
             toffs = n_words * 8 + tl.arange(0, 8).to(tl.int64)
             mt = toffs < n
-            at = tl.load(arena + toffs, mask=mt, other=0)
-            et = tl.load(expected + toffs, mask=mt, other=0)
-            st = tl.load(snapshot + toffs, mask=mt, other=0)
-            total += tl.sum(((at != et) & mt).to(tl.int32))
-            tl.store(arena + toffs, st, mask=mt)
+            total += _judge_bytes(arena + toffs, expected + toffs, snapshot + toffs, mt)
             if HAS_AUX:
                 total += _check_aux(aux, aux_expected, aux_snapshot, n_aux, AUX_BLOCK)
             _add_count(counter, slot_base, slot, total, HAS_BASE)
     else:
         boffs = pid * BYTES + tl.arange(0, BYTES).to(tl.int64)
         mb = boffs < n
-        ab = tl.load(arena + boffs, mask=mb, other=0)
-        eb = tl.load(expected + boffs, mask=mb, other=0)
-        sb = tl.load(snapshot + boffs, mask=mb, other=0)
-        totalb = tl.sum(((ab != eb) & mb).to(tl.int32))
-        tl.store(arena + boffs, sb, mask=mb)
+        totalb = _judge_bytes(arena + boffs, expected + boffs, snapshot + boffs, mb)
         if HAS_AUX:
             if pid == last:
                 totalb += _check_aux(aux, aux_expected, aux_snapshot, n_aux, AUX_BLOCK)
@@ -146,11 +145,7 @@ def _check_restore_sparse(arena, positions, expected, snapshot, counter, slot_ba
     offs = pid * BYTES + tl.arange(0, BYTES).to(tl.int64)
     m = offs < n
     pos = tl.load(positions + offs, mask=m, other=0).to(tl.int64)
-    a = tl.load(arena + pos, mask=m, other=0)
-    e = tl.load(expected + offs, mask=m, other=0)
-    s = tl.load(snapshot + offs, mask=m, other=0)
-    total = tl.sum(((a != e) & m).to(tl.int32))
-    tl.store(arena + pos, s, mask=m)
+    total = _judge_bytes(arena + pos, expected + offs, snapshot + offs, m)
     if HAS_AUX:
         if pid == tl.num_programs(0) - 1:
             total += _check_aux(aux, aux_expected, aux_snapshot, n_aux, AUX_BLOCK)

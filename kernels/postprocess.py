@@ -28,9 +28,9 @@ import triton
 import triton.language as tl
 
 from .copy import _floordiv, _perturb
-from .perturb import launch_args
+from .launch import launch, variant_flags
 from .state_copy import (BLOCK, FLAG_NAMES, ROWS, VARIANTS as STATE_VARIANTS,
-                         _copy_one_state, check_requests, check_tables)
+                         _copy_one_state, check_launch, check_rows, positive_int)
 
 # zoo ids handled here on top of the state-copy ones
 PP_VARIANTS = ("NOOP-SKIP", "PP-INPLACE")
@@ -76,15 +76,12 @@ def _postprocess_kernel(meta_ptr, bt_ptr, num_computed, num_scheduled, num_draft
                             seed=seed)
 
 
+# zoo id -> state-copy constexpr flags (the PP ids set none of them)
+VARIANTS = {**STATE_VARIANTS, **{v: {} for v in PP_VARIANTS}}
+
+
 def _flags(variant):
-    if variant in PP_VARIANTS:
-        state = {}
-    elif variant in STATE_VARIANTS:
-        state = STATE_VARIANTS[variant]
-    else:
-        known = sorted([v for v in STATE_VARIANTS if v] + list(PP_VARIANTS))
-        raise ValueError(f"postprocess: unknown variant {variant!r}; known: {known}")
-    flags = {k: bool(state.get(k, False)) for k in FLAG_NAMES}
+    flags = variant_flags("postprocess", VARIANTS, FLAG_NAMES, variant)
     flags["NOOP_SKIP"] = variant == "NOOP-SKIP"
     return flags
 
@@ -98,24 +95,15 @@ def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_
     ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
     warps to make races show; its ``num_warps`` replaces ``num_warps``.
     """
-    check_tables("postprocess", meta, block_tables)
-    n_req = num_computed.shape[0] if isinstance(num_computed, torch.Tensor) else -1
-    check_requests("postprocess", n_req, num_computed=num_computed, num_scheduled=num_scheduled,
-                   num_draft=num_draft, num_accepted=num_accepted, state_idx=state_idx)
+    n_req = check_launch("postprocess", meta, block_tables, num_computed=num_computed,
+                         num_scheduled=num_scheduled, num_draft=num_draft,
+                         num_accepted=num_accepted, state_idx=state_idx)
     if num_accepted.dtype != torch.int32:
         raise TypeError(f"postprocess: num_accepted must be int32, got {num_accepted.dtype}")
-    if n_req > block_tables.shape[1]:
-        raise ValueError("postprocess: more requests than block-table rows")
-    block_size = int(block_size)
-    if block_size < 1:
-        raise ValueError("postprocess: block_size must be >= 1")
-    num_tiles = int(num_tiles)
-    if num_tiles < 1:
-        raise ValueError("postprocess: num_tiles must be >= 1")
+    check_rows("postprocess", n_req, block_tables)
+    block_size = positive_int("postprocess", "block_size", block_size)
+    num_tiles = positive_int("postprocess", "num_tiles", num_tiles)
     flags = _flags(variant)
-    delay, seed, num_warps = launch_args(perturb, num_warps)
-    if n_req == 0:
-        return
     if variant == "PP-INPLACE":
         accepted_in = num_accepted  # zoo PP-INPLACE: read the live tensor
     else:
@@ -124,7 +112,7 @@ def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_
     # even when there is no state to copy.
     n_states = max(meta.shape[0], 1)
     _, R, C = block_tables.shape
-    _postprocess_kernel[(n_req, n_states, num_tiles)](
-        meta, block_tables, num_computed, num_scheduled, num_draft, accepted_in, num_accepted,
-        state_idx, block_size, num_tiles, meta.shape[0], R, C, seed,
-        BLOCK=block, ROWS=rows, num_warps=num_warps, num_stages=1, **flags, **delay)
+    launch(_postprocess_kernel, (n_req, n_states, num_tiles),
+           (meta, block_tables, num_computed, num_scheduled, num_draft, accepted_in, num_accepted,
+            state_idx, block_size, num_tiles, meta.shape[0], R, C),
+           perturb=perturb, num_warps=num_warps, BLOCK=block, ROWS=rows, **flags)

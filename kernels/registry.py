@@ -156,22 +156,22 @@ def _named(fn, name, doc):
     return fn
 
 
+_TRITON_BUILTINS = (
+    (_bm.batch_memcpy, "Triton batched memmove, one program per copy; barriers only on overlap"),
+    (_sc.state_copy, "Triton fused SD/DS/temporal state copy, grid (requests, states, tiles)"),
+    (_pp.postprocess,
+     "Triton fused align-mode postprocess (decision + state copy + accepted update)"),
+)
+
+
 def _register_builtins():
-    register(Target(
-        "triton.batch_memcpy", "batch_memcpy", "correct", "full",
-        "Triton batched memmove, one program per copy; barriers only on overlap",
-        _named(_batch_memcpy_fn(None), "triton.batch_memcpy", _bm.batch_memcpy.__doc__),
-        amplifiable=True))
-    register(Target(
-        "triton.state_copy", "state_copy", "correct", "full",
-        "Triton fused SD/DS/temporal state copy, grid (requests, states, tiles)",
-        _named(_state_copy_fn(None), "triton.state_copy", _sc.state_copy.__doc__),
-        amplifiable=True))
-    register(Target(
-        "triton.postprocess", "postprocess", "correct", "full",
-        "Triton fused align-mode postprocess (decision + state copy + accepted update)",
-        _named(_postprocess_fn(None), "triton.postprocess", _pp.postprocess.__doc__),
-        amplifiable=True))
+    for launcher, description in _TRITON_BUILTINS:
+        contract = launcher.__name__
+        name = f"triton.{contract}"
+        register(Target(
+            name, contract, "correct", "full", description,
+            _named(_FACTORIES[contract](None), name, launcher.__doc__),
+            amplifiable=True))
     register(Target(
         "torch.batch_memcpy", "batch_memcpy", "torch", "full",
         "torch path: dst.copy_(src.clone()) per copy",

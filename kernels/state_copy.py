@@ -44,7 +44,7 @@ import triton.language as tl
 
 from . import META_COLS
 from .copy import _move_span, _perturb
-from .perturb import launch_args
+from .launch import launch, variant_flags
 
 BLOCK = 1024  # bytes per span body chunk
 ROWS = 128    # DS rows per chunk (lanes)
@@ -75,6 +75,28 @@ def _block_addr(base, bt_row, col, stride, ADDR_I32: tl.constexpr):
 
 
 @triton.jit
+def _ds_token_major_words(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, lanes, n_chunks,
+                          WORD: tl.constexpr, ROWS: tl.constexpr, DELAY_POS: tl.constexpr,
+                          DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr, seed):
+    """``_ds_token_major`` for elements that are one ``WORD`` (tl.uint16 / tl.uint32) each."""
+    elem = WORD.primitive_bitwidth // 8
+    i = n_tok * 0
+    while i < n_tok:
+        c = n_chunks * 0
+        while c < n_chunks:
+            rows = c * ROWS + lanes
+            m = rows < n_rows
+            s_a = src_blk + rows * row_stride + (bias + i) * elem
+            d_a = dst_blk + rows * row_stride + i * elem
+            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            x = tl.load(s_a.to(tl.pointer_type(WORD)), mask=m)
+            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            tl.store(d_a.to(tl.pointer_type(WORD)), x, mask=m)
+            c += 1
+        i += 1
+
+
+@triton.jit
 def _ds_token_major(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, elem,
                     ROWS: tl.constexpr, DELAY_POS: tl.constexpr = 0, DELAY_NS: tl.constexpr = 0,
                     SCHEDULE: tl.constexpr = 0, seed=0):
@@ -82,35 +104,11 @@ def _ds_token_major(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, elem,
     lanes = tl.arange(0, ROWS).to(tl.int64)
     n_chunks = (n_rows + ROWS - 1) // ROWS
     if elem == 2:
-        i = n_tok * 0
-        while i < n_tok:
-            c = n_chunks * 0
-            while c < n_chunks:
-                rows = c * ROWS + lanes
-                m = rows < n_rows
-                s_a = src_blk + rows * row_stride + (bias + i) * 2
-                d_a = dst_blk + rows * row_stride + i * 2
-                _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
-                x = tl.load(s_a.to(tl.pointer_type(tl.uint16)), mask=m)
-                _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
-                tl.store(d_a.to(tl.pointer_type(tl.uint16)), x, mask=m)
-                c += 1
-            i += 1
+        _ds_token_major_words(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, lanes, n_chunks,
+                              tl.uint16, ROWS, DELAY_POS, DELAY_NS, SCHEDULE, seed)
     elif elem == 4:
-        i = n_tok * 0
-        while i < n_tok:
-            c = n_chunks * 0
-            while c < n_chunks:
-                rows = c * ROWS + lanes
-                m = rows < n_rows
-                s_a = src_blk + rows * row_stride + (bias + i) * 4
-                d_a = dst_blk + rows * row_stride + i * 4
-                _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
-                x = tl.load(s_a.to(tl.pointer_type(tl.uint32)), mask=m)
-                _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
-                tl.store(d_a.to(tl.pointer_type(tl.uint32)), x, mask=m)
-                c += 1
-            i += 1
+        _ds_token_major_words(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, lanes, n_chunks,
+                              tl.uint32, ROWS, DELAY_POS, DELAY_NS, SCHEDULE, seed)
     else:
         byte = tl.arange(0, 8).to(tl.int64)
         i = n_tok * 0
@@ -250,12 +248,7 @@ def _state_copy_kernel(meta_ptr, bt_ptr, src_cols, dst_cols, biases, num_tiles, 
 
 def state_flags(variant):
     """constexpr flags of ``_copy_one_state`` for a zoo id (None: correct kernel)."""
-    try:
-        chosen = VARIANTS[variant]
-    except KeyError:
-        raise ValueError(f"state_copy: unknown variant {variant!r}; "
-                         f"known: {sorted(v for v in VARIANTS if v)}") from None
-    return {k: bool(chosen.get(k, False)) for k in FLAG_NAMES}
+    return variant_flags("state_copy", VARIANTS, FLAG_NAMES, variant)
 
 
 def check_tables(fn, meta, block_tables):
@@ -279,6 +272,27 @@ def check_requests(fn, n, **arrays):
             raise ValueError(f"{fn}: {name} must be contiguous")
 
 
+def check_launch(fn, meta, block_tables, **arrays):
+    """Validate the tables and the request arrays (the first one sets the length); the length."""
+    check_tables(fn, meta, block_tables)
+    first = next(iter(arrays.values()))
+    n_req = first.shape[0] if isinstance(first, torch.Tensor) else -1
+    check_requests(fn, n_req, **arrays)
+    return n_req
+
+
+def check_rows(fn, n_req, block_tables):
+    if n_req > block_tables.shape[1]:
+        raise ValueError(f"{fn}: more requests than block-table rows")
+
+
+def positive_int(fn, name, value):
+    value = int(value)
+    if value < 1:
+        raise ValueError(f"{fn}: {name} must be >= 1")
+    return value
+
+
 def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1,
                arena=None, variant=None, block=BLOCK, rows=ROWS, num_warps=4, perturb=None):
     """Copy every state of every request (request i uses row i of each block table).
@@ -287,20 +301,12 @@ def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1,
     ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
     warps to make races show; its ``num_warps`` replaces ``num_warps``.
     """
-    check_tables("state_copy", meta, block_tables)
-    n_req = src_cols.shape[0] if isinstance(src_cols, torch.Tensor) else -1
-    check_requests("state_copy", n_req, src_cols=src_cols, dst_cols=dst_cols, biases=biases)
-    if n_req > block_tables.shape[1]:
-        raise ValueError("state_copy: more requests than block-table rows")
-    num_tiles = int(num_tiles)
-    if num_tiles < 1:
-        raise ValueError("state_copy: num_tiles must be >= 1")
+    n_req = check_launch("state_copy", meta, block_tables,
+                         src_cols=src_cols, dst_cols=dst_cols, biases=biases)
+    check_rows("state_copy", n_req, block_tables)
+    num_tiles = positive_int("state_copy", "num_tiles", num_tiles)
     flags = state_flags(variant)
-    delay, seed, num_warps = launch_args(perturb, num_warps)
-    n_states = meta.shape[0]
-    if n_req == 0 or n_states == 0:
-        return
     _, R, C = block_tables.shape
-    _state_copy_kernel[(n_req, n_states, num_tiles)](
-        meta, block_tables, src_cols, dst_cols, biases, num_tiles, R, C, seed,
-        BLOCK=block, ROWS=rows, num_warps=num_warps, num_stages=1, **flags, **delay)
+    launch(_state_copy_kernel, (n_req, meta.shape[0], num_tiles),
+           (meta, block_tables, src_cols, dst_cols, biases, num_tiles, R, C),
+           perturb=perturb, num_warps=num_warps, BLOCK=block, ROWS=rows, **flags)

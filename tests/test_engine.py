@@ -6,13 +6,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-import strategies
 from kernels import registry
 from mambafuzz import crashes
 from mambafuzz.cases import BatchCopyCase

@@ -1,0 +1,99 @@
+"""Helpers shared by the GPU benchmarks (``gpu_bench``, ``kernel_bench``).
+
+Nothing here imports torch or triton at import time: a benchmark checks
+``TRITON_INTERPRET`` (``require_compiled_gpu``) before anything imports them.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+
+def die(prog: str, msg: str) -> None:
+    print(f"{prog}: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def require_compiled_gpu(prog: str, *, force_compiled: bool = False):
+    """Exit (status 2) unless compiled Triton on a CUDA GPU is available; return ``torch``.
+
+    ``force_compiled``: set ``TRITON_INTERPRET=0`` (before torch is imported).
+    """
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        die(prog, "TRITON_INTERPRET=1 is set; this benchmark times compiled kernels on a GPU "
+                  "(unset it or run with TRITON_INTERPRET=0)")
+    if force_compiled:
+        os.environ["TRITON_INTERPRET"] = "0"
+    import torch
+    if not torch.cuda.is_available():
+        die(prog, "needs a CUDA GPU with compiled Triton; none is available here "
+                  "(the CPU interpreter is for correctness, not timing)")
+    return torch
+
+
+def device_line() -> str:
+    """The report's ``- device: ...`` line (GPU 0, torch, triton, python versions)."""
+    import torch
+    import triton
+    return (f"- device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+            f"triton {triton.__version__}, python {platform.python_version()}")
+
+
+def timed_us(fn, reps: int) -> float:
+    """Mean microseconds per call of ``reps`` back-to-back calls, between two CUDA events."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps * 1e3
+
+
+def median_us(fn, reps: int, samples: int) -> float:
+    """Median over ``samples`` samples of ``timed_us(fn, reps)``."""
+    return statistics.median(timed_us(fn, reps) for _ in range(samples))
+
+
+def reference_copy(ref_mib: int, time_copy) -> tuple[float, float]:
+    """``(us, bytes/s)`` of a device-to-device ``copy_`` of ``ref_mib`` MiB.
+
+    ``time_copy(copy)`` times the zero-argument ``copy`` (warm-up included)
+    and returns microseconds per copy; the bandwidth counts read + write.
+    The buffers are freed (and the cache emptied) before returning.
+    """
+    import torch
+    n_ref = ref_mib << 20
+    us = _time_copy_of(n_ref, time_copy)  # its buffers are gone once it returns
+    torch.cuda.empty_cache()
+    return us, 2 * n_ref / (us * 1e-6)
+
+
+def _time_copy_of(n_ref: int, time_copy) -> float:
+    import torch
+    a = torch.empty(n_ref, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    a.fill_(1)
+    return time_copy(lambda: b.copy_(a))
+
+
+class Report:
+    """``out(line)`` prints a line and keeps it; ``write(path)`` saves the kept lines."""
+
+    def __init__(self, prog: str):
+        self.prog = prog
+        self.lines: list[str] = []
+
+    def __call__(self, s: str = "") -> None:
+        print(s, flush=True)
+        self.lines.append(s)
+
+    def write(self, path: Path | None) -> None:
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(self.lines) + "\n")
+            print(f"{self.prog}: wrote {path}")
