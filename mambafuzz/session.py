@@ -28,6 +28,7 @@ from . import crashes
 from .cases import case_from_json
 from .crashes import Finding, atomic_write_json
 from .errors import UsageError
+from .fuzz import TargetReport
 
 EXIT_CONTEXT_LOST = 17
 
@@ -117,12 +118,8 @@ def _report_dict(report) -> dict:
             "reps": report.reps, "failed_reps": report.failed_reps, "seconds": report.seconds,
             "interrupted": report.interrupted, "error": report.error, "rejected": report.rejected[:5],
             "written": report.written}
-    f = report.finding
-    if f is not None:
-        body["finding"] = {"kind": f.verdict.kind, "summary": f.verdict.summary(), "case": f.case.to_json(),
-                           "failures": f.verdict.failures, "reps": f.verdict.reps,
-                           "path": str(f.path) if f.path else None, "examples_to_first": f.examples_to_first,
-                           "seconds_to_first": f.seconds_to_first, "shrink_examples": f.shrink_examples}
+    if report.finding is not None:
+        body["finding"] = _finding_json(report.finding)
     return body
 
 
@@ -171,8 +168,6 @@ class Session:
     """Parent side: start workers, watch them, turn deaths and hangs into findings."""
 
     def __init__(self, targets: list[dict], sopts: SessionOptions, on_update: Callable[[dict], None] | None = None):
-        from .fuzz import TargetReport
-
         self.targets = targets
         self.sopts = sopts
         self.on_update = on_update or (lambda reports: None)
@@ -182,7 +177,6 @@ class Session:
         self.done: set[str] = set()
         self._partials: dict[str, dict] = {}
         self.restarts = 0
-        self._TargetReport = TargetReport
         if self.state_path and self.state_path.exists() and not sopts.fresh:
             self._load_state()
 
@@ -194,7 +188,7 @@ class Session:
             return
         self.done = set(body.get("done", []))
         for name, r in body.get("reports", {}).items():
-            rep = self._TargetReport(name, r.get("contract", "?"), examples=r.get("examples", 0),
+            rep = TargetReport(name, r.get("contract", "?"), examples=r.get("examples", 0),
                                      reps=r.get("reps", 0), failed_reps=r.get("failed_reps", 0),
                                      seconds=r.get("seconds", 0.0), error=r.get("error"))
             if r.get("finding"):
@@ -227,7 +221,7 @@ class Session:
         name = body["target"]
         rep = self.reports.get(name)
         if rep is None:
-            rep = self.reports[name] = self._TargetReport(name, body.get("contract", "?"))
+            rep = self.reports[name] = TargetReport(name, body.get("contract", "?"))
         # counts from several workers add up; each worker's messages are cumulative for that worker
         partial = self._partials.setdefault(name, {})
         partial[body.get("_worker")] = body
