@@ -77,8 +77,16 @@ class BatchCopyCase(_CaseBase):
 
     @property
     def size(self) -> int:
-        """A shrink measure: rows and bytes moved."""
-        return len(self.copies) * 1_000_000 + sum(c[2] for c in self.copies)
+        """A shrink measure, ordered like the tuple (rows, bytes moved, layout).
+
+        Layout = 2 x each row's |src - dst| + its lower offset, plus the arena
+        size, plus 1 for a perturbation: a smaller shift, a row moved towards
+        byte 0, a smaller arena and no perturbation are each strictly smaller.
+        """
+        moved = sum(n for _, _, n in self.copies)
+        layout = sum(2 * abs(s - d) + min(s, d) for s, d, _ in self.copies)
+        layout += self.arena_size + (self.perturb is not None)
+        return len(self.copies) * 10**26 + moved * 10**13 + layout
 
     def describe(self) -> str:
         rows = ", ".join(f"{s}->{d} ({n} B)" for s, d, n in self.copies[:4])
@@ -115,7 +123,16 @@ class StateCopyCase(_PoolCase):
 
     @property
     def size(self) -> int:
-        return len(self.src_cols) * 1_000_000 + sum(p.data_bytes for p in self.pools) + sum(self.biases)
+        """A shrink measure, ordered like the tuple (requests, states, data bytes + biases, tiles, layout).
+
+        Layout = arena size + pool offsets + block counts, plus 1 for a
+        perturbation: packed pools, a cut arena, fewer blocks or tiles are each
+        strictly smaller.
+        """
+        layout = self.arena_size + sum(p.offset + p.num_blocks for p in self.pools) + (self.perturb is not None)
+        data = sum(p.data_bytes for p in self.pools) + sum(self.biases)
+        return (len(self.src_cols) * 10**26 + len(self.pools) * 10**23 + data * 10**13
+                + self.num_tiles * 10**11 + layout)
 
     def describe(self) -> str:
         reqs = ", ".join(f"r{i}: col {s}->{d} bias {b}" for i, (s, d, b) in
@@ -138,7 +155,11 @@ class PostprocessCase(_PoolCase):
 
     @property
     def size(self) -> int:
-        return len(self.num_computed) * 1_000_000 + sum(p.data_bytes for p in self.pools)
+        """Ordered like StateCopyCase.size's tuple (requests, states, data bytes, tiles, layout)."""
+        layout = self.arena_size + sum(p.offset + p.num_blocks for p in self.pools) + (self.perturb is not None)
+        data = sum(p.data_bytes for p in self.pools)
+        return (len(self.num_computed) * 10**26 + len(self.pools) * 10**23 + data * 10**13
+                + self.num_tiles * 10**11 + layout)
 
     def describe(self) -> str:
         reqs = ", ".join(
@@ -152,12 +173,107 @@ CASE_TYPES = {cls.contract: cls for cls in (BatchCopyCase, StateCopyCase, Postpr
 Case = BatchCopyCase | StateCopyCase | PostprocessCase
 
 
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not a count
+
+
+def _int(name: str, value, low: int | None = None) -> None:
+    if not _is_int(value):
+        raise CaseError(f"case field {name!r} must be an integer, got {_show(value)}")
+    if low is not None and value < low:
+        bound = "positive" if low == 1 else "non-negative" if low == 0 else f">= {low}"
+        raise CaseError(f"case field {name!r} must be {bound}, got {value}")
+
+
+def _int_list(name: str, value, low: int | None = None, length: int | None = None) -> None:
+    if not isinstance(value, (list, tuple)):
+        raise CaseError(f"case field {name!r} must be a list of integers, got {_show(value)}")
+    if length is not None and len(value) != length:
+        raise CaseError(f"case field {name!r} must hold {length} integers, got {len(value)}")
+    for i, v in enumerate(value):
+        _int(f"{name}[{i}]", v, low)
+
+
+def _nested(name: str, value, depth: int) -> None:
+    """A list nested `depth` deep whose leaves are integers (block tables)."""
+    if depth == 1:
+        _int_list(name, value)
+        return
+    if not isinstance(value, (list, tuple)):
+        raise CaseError(f"case field {name!r} must be a list, got {_show(value)}")
+    for i, v in enumerate(value):
+        _nested(f"{name}[{i}]", v, depth - 1)
+
+
+_POOL_REQUIRED = ("kind", "offset", "num_blocks", "block_stride", "elem_size")
+_POOL_FIELDS = {f.name for f in dataclasses.fields(PoolLayout)}
+
+
+def _check_pools(value) -> None:
+    """Types only; the oracle (PoolLayout.validate) judges the geometry."""
+    if not isinstance(value, (list, tuple)):
+        raise CaseError(f"case field 'pools' must be a list of pool objects, got {_show(value)}")
+    for i, pool in enumerate(value):
+        where = f"pools[{i}]"
+        if not isinstance(pool, dict):
+            raise CaseError(f"case field {where!r} must be an object, got {_show(pool)}")
+        missing = [k for k in _POOL_REQUIRED if k not in pool]
+        if missing:
+            raise CaseError(f"case field {where!r} is missing {', '.join(missing)}")
+        unknown = sorted(set(pool) - _POOL_FIELDS)
+        if unknown:
+            raise CaseError(f"case field {where!r} has unknown field(s): {', '.join(unknown)}")
+        if not isinstance(pool["kind"], str):
+            raise CaseError(f"case field '{where}.kind' must be a string, got {_show(pool['kind'])}")
+        for key, v in pool.items():
+            if key == "inner":
+                _int_list(f"{where}.inner", v)
+            elif key != "kind":
+                _int(f"{where}.{key}", v)
+
+
+def _check_copies(value) -> None:
+    if not isinstance(value, (list, tuple)):
+        raise CaseError(f"case field 'copies' must be a list of [src, dst, size] rows, got {_show(value)}")
+    for i, row in enumerate(value):
+        if not isinstance(row, (list, tuple)) or len(row) != 3:
+            raise CaseError(f"case field 'copies[{i}]' must be [src, dst, size], got {_show(row)}")
+        for j, v in enumerate(row):
+            _int(f"copies[{i}][{j}]", v, 0)
+
+
+_FIELD_CHECKS = {
+    "arena_size": lambda v: _int("arena_size", v, 1),
+    "seed": lambda v: _int("seed", v, 0),
+    "num_tiles": lambda v: _int("num_tiles", v, 1),
+    "block_size": lambda v: _int("block_size", v, 1),
+    "copies": _check_copies,
+    "pools": _check_pools,
+    "block_tables": lambda v: _nested("block_tables", v, 3),
+    "perturb": lambda v: None if v is None else _int_list("perturb", v, 0, length=5),
+    **{name: (lambda v, name=name: _int_list(name, v))
+       for name in ("src_cols", "dst_cols", "biases", "num_computed", "num_scheduled", "num_draft",
+                    "num_accepted", "state_idx")},
+}
+
+
 def case_from_json(body: dict[str, Any]) -> Case:
-    """Inverse of `to_json`; raises CaseError naming what is wrong."""
+    """Inverse of `to_json`; raises CaseError naming the field that is wrong.
+
+    Every field is type-checked here (ints are ints, never bools or floats;
+    sizes positive, offsets non-negative) so that a hand-edited or corrupted
+    case fails in one line before it reaches numpy or a kernel; geometry
+    (overlaps, pools past the arena) is the oracle's to judge.
+    """
     if not isinstance(body, dict):
         raise CaseError(f"a case must be a JSON object, got {type(body).__name__}")
     contract = body.get("contract")
-    cls = CASE_TYPES.get(contract)
+    cls = CASE_TYPES.get(contract) if isinstance(contract, str) else None
     if cls is None:
         raise CaseError(f"unknown case contract {contract!r} (known: {', '.join(CONTRACTS)})")
     names = {f.name for f in dataclasses.fields(cls)}
@@ -168,20 +284,13 @@ def case_from_json(body: dict[str, Any]) -> Case:
     unknown = set(body) - names - {"contract"}
     if unknown:
         raise CaseError(f"{contract} case has unknown field(s): {', '.join(sorted(unknown))}")
+    for name in names:
+        if name in body:
+            _FIELD_CHECKS[name](body[name])
     kwargs = {k: _tuples(v) for k, v in body.items() if k in names}
-    if kwargs.get("perturb") is not None:
-        p = kwargs["perturb"]
-        if not (isinstance(p, tuple) and len(p) == 5
-                and all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
-            raise CaseError(f"perturb must be null or [position, delay_ns, schedule, seed, num_warps] "
-                            f"(5 ints), got {body['perturb']!r}")
     if "pools" in kwargs:
-        try:
-            kwargs["pools"] = tuple(PoolLayout(**{k: _tuples(v) for k, v in p.items()}) for p in body["pools"])
-        except (TypeError, AttributeError) as exc:
-            raise CaseError(f"malformed pool in case: {exc}") from None
+        kwargs["pools"] = tuple(PoolLayout(**{k: _tuples(v) for k, v in p.items()}) for p in body["pools"])
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise CaseError(f"malformed {contract} case: {exc}") from None
-

@@ -1,16 +1,14 @@
 """`mambafuzz` command line: list, fuzz, smoke, zoo, replay, selfcheck.
 
-Exit codes: 0 clean, 1 findings (or a zoo variant that escaped, or a crash that
-still fails on replay), 2 bad usage or input (one line on stderr, no traceback).
+The CLI parses and prints; running targets is ``runner``'s job.  Output is
+made for CI logs too: tables fit 80 columns, and every command and path a user
+may copy is printed on a plain line of its own, never wrapped.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -18,14 +16,24 @@ from rich.live import Live
 from rich.table import Table
 
 from . import device as device_mod
+from . import interrupt, outcome
 from .errors import UsageError
+from .outcome import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_USAGE
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-out = Console()
+out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows every default and keeps the exit-code table as written."""
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        kwargs.setdefault("epilog", outcome.table_text())
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # argparse's own errors: one line, exit 2
         err.print(f"mambafuzz: error: {message}", highlight=False)
         sys.exit(EXIT_USAGE)
@@ -49,23 +57,25 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--mode", choices=("compare", "race"), default=None,
                    help="race (CPU default) records every load and store; compare checks bytes only")
     p.add_argument("--reps", type=_positive(int), default=None,
-                   help="repetitions per case (default 1 on cpu, 100 on cuda)")
+                   help="repetitions per case (None: 1 on cpu, 100 on cuda)")
     p.add_argument("--max-examples", type=_positive(int), default=max_examples)
+    p.add_argument("--min-examples", type=_positive(int), default=10,
+                   help="a target with fewer valid examples is inconclusive (exit 3), not clean")
     p.add_argument("--time", type=_positive(float), default=time_default, metavar="SECONDS",
-                   help="time budget for the whole run")
+                   help="time budget for the whole run, shrinking included; targets share it")
     p.add_argument("--shrink-time", type=_positive(float), default=60.0, metavar="SECONDS",
-                   help="time budget for shrinking one finding")
+                   help="at most this long shrinking one finding (within --time)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--crashes-dir", type=Path, default=Path("crashes"))
     p.add_argument("--database", default=".mambafuzz/examples",
                    help="Hypothesis example database: a directory, redis://HOST:PORT, or 'none'")
     p.add_argument("--profile", choices=("cpu", "gpu", "gpu-amp"), default=None,
-                   help="case sizes (default: cpu on cpu, gpu on cuda); gpu-amp also draws warp delays "
+                   help="case sizes (None: cpu on cpu, gpu on cuda); gpu-amp also draws warp delays "
                         "that make GPU races show")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run targets in worker processes that a fault or hang cannot take down "
-                        "(default: on for fuzz, off for smoke and zoo)")
+                        "(None: on for fuzz, off for smoke and zoo)")
     p.add_argument("--gpus", default=None, metavar="all|N",
                    help="one worker per GPU (implies --isolate and --device cuda)")
     p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
@@ -99,7 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="re-run saved crash files")
     p.add_argument("paths", nargs="*", type=Path, default=[Path("crashes")])
-    p.add_argument("--against", default=None, help="run this target instead of the one recorded")
+    p.add_argument("--against", default=None,
+                   help="run this target instead of the one recorded: a name, or module:function "
+                        "(contract and overlap from each crash file)")
+    p.add_argument("--contract", choices=("batch_memcpy", "state_copy", "postprocess"), default=None,
+                   help="with --against module:function: its contract (default: the crash file's)")
+    p.add_argument("--overlap", choices=("left", "full"), default=None,
+                   help="with --against module:function: its overlap (default: the crash file's)")
     p.add_argument("--device", default="cpu", choices=device_mod.DEVICES)
     p.add_argument("--mode", choices=("compare", "race"), default=None)
     p.add_argument("--reps", type=_positive(int), default=None)
@@ -113,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fuzz_options(args, device: str):
     import strategies
-    from .fuzz import FuzzOptions
+    from .fuzz import FuzzOptions, check_database
 
     mode = args.mode or ("race" if device == "cpu" else "compare")
     if mode == "race" and device != "cpu":
@@ -121,14 +137,13 @@ def _fuzz_options(args, device: str):
     reps = args.reps or (1 if device == "cpu" else 100)
     profile = strategies.PROFILES[args.profile or ("cpu" if device == "cpu" else "gpu")]
     database = None if str(args.database).lower() == "none" else args.database
-    if database is not None and str(database).startswith("redis://"):
-        from .fuzz import check_redis
-        check_redis(database)
+    if database is not None:
+        check_database(database)
     crashes_dir = args.crashes_dir
     _check_writable(crashes_dir)
     return FuzzOptions(device=device, mode=mode, reps=reps, max_examples=args.max_examples,
-                       time_budget=args.time, shrink_budget=args.shrink_time, seed=args.seed,
-                       database=database, crashes_dir=crashes_dir, profile=profile)
+                       min_examples=args.min_examples, time_budget=None, shrink_budget=args.shrink_time,
+                       seed=args.seed, database=database, crashes_dir=crashes_dir, profile=profile)
 
 
 def _check_writable(folder: Path) -> None:
@@ -141,32 +156,47 @@ def _check_writable(folder: Path) -> None:
         raise UsageError(f"crashes folder {folder} is not writable: {exc.strerror or exc}") from None
 
 
+_STYLES = {"finding": "red", "clean": "green", "inconclusive": "yellow", "interrupted": "yellow"}
+
+
 def _report_table(reports, title: str) -> Table:
+    """Counts only, so it fits 80 columns; details follow as plain lines (``_details``)."""
     table = Table(title=title)
-    for col in ("target", "status", "examples", "reps", "failed reps", "time", "finding"):
-        table.add_column(col, overflow="fold")
+    for col in ("target", "status", "examples", "reps", "failed", "time"):
+        table.add_column(col, overflow="fold", justify="left" if col in ("target", "status") else "right")
     for r in reports:
-        finding = ""
-        if r.finding:
-            finding = f"{r.finding.verdict.kind}: {r.finding.case.describe()}"
-            if r.finding.path:
-                finding += f"\n-> {r.finding.path}{'' if r.written else ' (known)'}"
-        elif r.error:
-            finding = r.error
-        style = {"finding": "red", "error": "red", "clean": "green"}.get(r.status, "yellow")
-        table.add_row(r.target, f"[{style}]{r.status}[/]", str(r.examples), str(r.reps), str(r.failed_reps),
-                      f"{r.seconds:.1f}s", finding)
+        table.add_row(r.target, f"[{_STYLES.get(r.status, 'yellow')}]{r.status}[/]", str(r.examples), str(r.reps),
+                      str(r.failed_reps), f"{r.seconds:.1f}s")
     return table
 
 
+def _details(reports, device: str) -> list[str]:
+    """Plain lines (never wrapped by us): each finding with its case, file and replay command; why each
+    inconclusive target is so."""
+    from .crashes import replay_command
+
+    lines = []
+    for r in reports:
+        f = r.finding
+        if f is not None:
+            lines.append(f"FINDING {r.target} ({f.verdict.kind}): {f.verdict.summary()}")
+            lines.append(f"  case: {f.case.describe()}")
+            if f.path:
+                lines.append(f"  saved: {f.path}{'' if r.written else ' (known already)'}")
+                lines.append(f"  replay: {replay_command(f.path, f)}")
+        elif r.status in ("inconclusive", "interrupted") and r.why:
+            lines.append(f"{r.status.upper()} {r.target}: {r.why}")
+    return lines
+
+
 def _report_json(r) -> dict:
-    body = {"target": r.target, "contract": r.contract, "status": r.status, "examples": r.examples,
-            "reps": r.reps, "failed_reps": r.failed_reps, "seconds": round(r.seconds, 3), "error": r.error,
-            "rejected": r.rejected[:5]}
+    body = {"target": r.target, "contract": r.contract, "status": r.status, "stop": r.stop,
+            "detail": r.why or None, "examples": r.examples, "reps": r.reps, "failed_reps": r.failed_reps,
+            "seconds": round(r.seconds, 3), "rejected": r.rejected[:5]}
     if r.finding:
         f = r.finding
         body["finding"] = {"kind": f.verdict.kind, "summary": f.verdict.summary(), "case": f.case.to_json(),
-                           "case_size": f.case.size, "path": str(f.path) if f.path else None,
+                           "case_summary": f.case.describe(), "path": str(f.path) if f.path else None,
                            "examples_to_first": f.examples_to_first,
                            "seconds_to_first": round(f.seconds_to_first, 3), "shrink_examples": f.shrink_examples}
     return body
@@ -190,70 +220,58 @@ def _gpu_list(spec: str | None, device: str) -> list[int] | None:
     return list(range(want))
 
 
-def _run_isolated(targets, opts, args, device: str, *, json_out: bool, title: str):
-    """Targets in worker processes (one per GPU with --gpus), resumable, live view on stderr."""
-    from .session import Session, SessionOptions, plain_options
+class _View:
+    """A live table on a terminal; in a pipe (a CI log) one plain line per finished target, on stderr."""
 
-    gpus = _gpu_list(args.gpus, device)
-    per_target = opts.time_budget / len(targets) if opts.time_budget and targets else None
-    entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
-                "time_budget": per_target} for t in targets]
-    sopts = SessionOptions(device=device, options={**plain_options(opts), "time_budget": None},
-                           workers=args.workers, gpus=gpus, hang_timeout=args.hang_timeout, fresh=args.fresh)
-    live_console = Console(stderr=True, quiet=json_out)
-    with Live(_report_table([], title), console=live_console, refresh_per_second=4) as live:
-        session = Session(entries, sopts, on_update=lambda reps: live.update(_report_table(list(reps.values()),
-                                                                                        title)))
-        if session.resumed():
-            err.print(f"resuming a saved session: {len(session.resumed())} target(s) already done "
-                      f"({', '.join(session.resumed())}); --fresh starts over")
-        reports = session.run()
-        live.update(_report_table(reports, title))
-    return reports
+    def __init__(self, title: str, quiet: bool):
+        self.title = title
+        self.console = Console(stderr=True, quiet=quiet)
+        self.live = None
+        if self.console.is_terminal and not quiet:
+            self.live = Live(_report_table([], title), console=self.console, refresh_per_second=4)
+        self.said: set[str] = set()
+        self.quiet = quiet
+
+    def __enter__(self):
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+            self.console.print()  # the table ends with a newline, whatever follows
+        return False
+
+    def update(self, reports) -> None:
+        if self.live is not None:
+            self.live.update(_report_table(reports, self.title))
+            return
+        for r in reports:
+            if r.finished and r.target not in self.said and not self.quiet:
+                self.said.add(r.target)
+                print(f"{r.target}: {r.status}, {r.examples} examples, {r.seconds:.1f}s", file=sys.stderr,
+                      flush=True)
 
 
-def _run_targets(targets, opts, *, json_out: bool, title: str, args=None, device: str = "cpu",
-                 isolate: bool = False):
-    """Fuzz each target in turn under a live view; Ctrl-C stops cleanly, keeping what was found."""
-    from .fuzz import TargetReport, fuzz_target
+def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool):
+    """Run the targets under a view; Ctrl-C / SIGTERM stop cleanly, keeping what was found."""
+    from . import runner
 
-    if isolate or (args is not None and args.gpus):
-        return _run_isolated(targets, opts, args, device, json_out=json_out, title=title)
+    with _View(title, quiet=json_out) as view:
+        if isolate or args.gpus:
+            return runner.run_isolated(
+                targets, opts, total_time=args.time, workers=args.workers, gpus=_gpu_list(args.gpus, device),
+                hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
+                on_resume=lambda done: err.print(f"resuming a saved session: {len(done)} target(s) already done "
+                                                 f"({', '.join(done)}); --fresh starts over", highlight=False))
+        return runner.run_in_process(targets, opts, total_time=args.time, on_update=view.update)
 
-    reports: list[TargetReport] = []
-    start = time.monotonic()
-    total_budget = opts.time_budget
-    live_console = Console(stderr=True, quiet=json_out)
-    last_draw = [0.0]
 
-    def render(current=None):
-        shown = reports + ([current] if current is not None else [])
-        return _report_table(shown, title)
-
-    with Live(render(), console=live_console, refresh_per_second=4, transient=False) as live:
-        def progress(report):
-            now = time.monotonic()
-            if now - last_draw[0] > 0.25:
-                last_draw[0] = now
-                live.update(render(report))
-
-        for target in targets:
-            if total_budget is not None:
-                left = total_budget - (time.monotonic() - start)
-                if left <= 0:
-                    break
-                per_target = left / max(1, len(targets) - len(reports))
-                opts.time_budget = per_target
-            report = fuzz_target(target, opts, progress)
-            reports.append(report)
-            live.update(render())
-            if report.interrupted:
-                break
-            if report.context_lost:
-                live_console.print("[red]the CUDA context is broken by a fault; the remaining targets need a "
-                                   "new process (use --isolate)[/]")
-                break
-    return reports
+def _print_reports(reports, title: str, device: str) -> None:
+    out.print(_report_table(reports, title))
+    for line in _details(reports, device):
+        print(line, flush=True)
 
 
 def cmd_list(args) -> int:
@@ -266,12 +284,21 @@ def cmd_list(args) -> int:
                           for t in targets], indent=2))
         return EXIT_CLEAN
     table = Table(title="mambafuzz targets")
-    for col in ("name", "contract", "kind", "overlap", "bug", "devices", "description"):
+    for col in ("name", "contract", "kind", "overlap", "bug"):
         table.add_column(col, overflow="fold")
     for t in targets:
-        table.add_row(t.name, t.contract, t.kind, t.overlap, t.bug or "", ",".join(t.devices), t.description)
+        table.add_row(t.name, t.contract, t.kind, t.overlap, t.bug or "")
     out.print(table)
+    for t in targets:  # descriptions as plain lines: a table column of prose is unreadable at 80 columns
+        print(f"{t.name}: {t.description}")
     return EXIT_CLEAN
+
+
+def _check_signatures(targets) -> None:
+    from .signature import check
+
+    for t in targets:
+        check(t.fn, t.contract, t.name)
 
 
 def cmd_fuzz(args, *, smoke: bool = False) -> int:
@@ -283,82 +310,123 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
         targets = [t for t in registry.all_targets() if t.kind in ("correct", "torch") and device in t.devices]
     else:
         targets = resolve(args.target, contract=args.contract, overlap=args.overlap)
+    _check_signatures(targets)
     opts = _fuzz_options(args, device)
     isolate = args.isolate if args.isolate is not None else not smoke
-    reports = _run_targets(targets, opts, json_out=args.json, title=f"mambafuzz {args.command} ({device}, {opts.mode})",
-                           args=args, device=device, isolate=isolate)
-    findings = [r for r in reports if r.finding]
-    interrupted = any(r.interrupted for r in reports)
+    title = f"mambafuzz {args.command} ({device}, {opts.mode})"
+    reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
+                           isolate=isolate)
+    interrupted = interrupt.requested() or any(r.interrupted for r in reports)
+    code = outcome.exit_code([r.status for r in reports], interrupted)
     if args.json:
-        print(json.dumps({"command": args.command, "device": device, "mode": opts.mode,
-                          "interrupted": interrupted, "targets": [_report_json(r) for r in reports]}, indent=2))
-    else:
-        for r in findings:
-            out.print(f"[red]FINDING[/] {r.target}: {r.finding.verdict.summary()}", highlight=False)
-            out.print(f"  replay: mambafuzz replay {r.finding.path} --device {device}", highlight=False)
-        if interrupted:
-            out.print("[yellow]interrupted: what was found so far is saved[/]")
-        out.print(f"\n{len(reports)} target(s), {sum(r.examples for r in reports)} examples, "
-                  f"{len(findings)} finding(s)")
-    rejected = [msg for r in reports for msg in r.rejected]
-    if rejected:
-        err.print(f"warning: {len(rejected)} drawn case(s) were rejected by the oracle; first: {rejected[0]}",
-                  highlight=False)
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
+        print(json.dumps({"schema": 1, "command": args.command, "device": device, "mode": opts.mode,
+                          "interrupted": interrupted, "exit_code": code,
+                          "targets": [_report_json(r) for r in reports]}, indent=2))
+        return code
+    _print_reports(reports, title, device)
+    if interrupted:
+        print("interrupted: every failure seen so far is saved")
+    counts = {s: sum(r.status == s for r in reports) for s in ("finding", "inconclusive")}
+    print(f"{len(reports)} target(s), {sum(r.examples for r in reports)} examples, {counts['finding']} finding(s), "
+          f"{counts['inconclusive']} inconclusive; exit {code}")
+    return code
 
 
 def cmd_zoo(args) -> int:
+    """Every zoo variant must be caught: exit 1 if one escapes (ran clean), 3 if one could not be checked."""
     device = device_mod.select(args.device)
     from kernels import registry
     from .targets import resolve
 
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
     opts = _fuzz_options(args, device)
-    reports = _run_targets(targets, opts, json_out=args.json, title=f"mambafuzz zoo ({device}, {opts.mode})",
-                           args=args, device=device, isolate=bool(args.isolate))
+    title = f"mambafuzz zoo ({device}, {opts.mode})"
+    reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
+                           isolate=bool(args.isolate))
+    by_name = {t.name: t for t in targets}
     rows = []
-    for t, r in zip(targets, reports):
-        f = r.finding
-        rows.append({"target": t.name, "zoo_id": t.zoo_id, "bug": t.bug, "caught": f is not None,
+    for r in reports:
+        t, f = by_name.get(r.target), r.finding
+        rows.append({"target": r.target, "zoo_id": t.zoo_id if t else None, "bug": t.bug if t else None,
+                     "caught": f is not None, "status": r.status, "detail": r.why or None,
                      "kind": f.verdict.kind if f else None,
                      "seconds_to_first": round(f.seconds_to_first, 2) if f else None,
                      "examples_to_first": f.examples_to_first if f else None,
-                     "case_size": f.case.size if f else None,
-                     "case": f.case.describe() if f else None,
+                     "case": f.case.to_json() if f else None, "case_summary": f.case.describe() if f else None,
                      "path": str(f.path) if f and f.path else None})
-    escaped = [row["target"] for row in rows if not row["caught"]] + [t.name for t in targets[len(reports):]]
-    if args.json:
-        print(json.dumps({"device": device, "mode": opts.mode, "variants": rows, "escaped": escaped}, indent=2))
+    escaped = [row["target"] for row in rows if row["status"] == "clean"]
+    unchecked = [row["target"] for row in rows if row["status"] == "inconclusive"]
+    interrupted = interrupt.requested() or any(r.interrupted for r in reports)
+    all_caught = all(row["caught"] for row in rows) and len(rows) == len(targets)
+    if escaped:
+        code = EXIT_FINDINGS
+    elif not all_caught:
+        code = EXIT_INTERRUPTED if interrupted else outcome.EXIT_INCONCLUSIVE
     else:
-        table = Table(title="bug zoo")
-        for col in ("variant", "bug", "caught", "by", "1st failure", "shrunk case"):
-            table.add_column(col, overflow="fold")
-        for row in rows:
-            caught = "[green]caught[/]" if row["caught"] else "[red]ESCAPED[/]"
-            first = f"{row['seconds_to_first']}s / ex {row['examples_to_first']}" if row["caught"] else ""
-            table.add_row(row["target"], row["bug"] or "", caught, row["kind"] or "", first, row["case"] or "")
-        out.print(table)
-        out.print(f"{len(rows) - len(escaped)} of {len(targets)} zoo variants caught"
-                  + (f"; escaped: {', '.join(escaped)}" if escaped else ""))
-    return EXIT_FINDINGS if escaped else EXIT_CLEAN
+        code = EXIT_CLEAN
+    if args.json:
+        print(json.dumps({"schema": 1, "command": "zoo", "device": device, "mode": opts.mode,
+                          "interrupted": interrupted, "exit_code": code, "variants": rows, "escaped": escaped,
+                          "inconclusive": unchecked}, indent=2))
+        return code
+    table = Table(title="bug zoo")
+    for col in ("variant", "caught", "by", "1st failure"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        caught = {"finding": "[green]caught[/]", "clean": "[red]ESCAPED[/]"}.get(row["status"],
+                                                                              f"[yellow]{row['status']}[/]")
+        first = f"{row['seconds_to_first']}s, ex {row['examples_to_first']}" if row["caught"] else ""
+        table.add_row(row["target"], caught, row["kind"] or "", first)
+    out.print(table)
+    for row in rows:
+        if row["caught"]:
+            print(f"{row['target']}: {row['case_summary']}")
+        elif row["detail"]:
+            print(f"{row['target']}: {row['status']}: {row['detail']}")
+    print(f"{sum(row['caught'] for row in rows)} of {len(targets)} zoo variants caught"
+          + (f"; escaped: {', '.join(escaped)}" if escaped else "")
+          + (f"; not checked: {', '.join(unchecked)}" if unchecked else "") + f"; exit {code}")
+    return code
 
 
 def cmd_replay(args) -> int:
-    from . import crashes
-    from .replay import replay
+    """Replay crash files; one row each, and a bad file never stops the others.
 
-    files = crashes.crash_files(args.paths)  # validates paths before choosing a device
-    if not files:
-        raise UsageError(f"no crash files under {', '.join(map(str, args.paths))}")
-    device = device_mod.select(args.device)
-    against = None
-    if args.against:
-        from .targets import resolve
-        against = resolve([args.against])[0]
-    mode = args.mode
-    if mode is None and device != "cpu":
-        mode = "compare"
-    rows = replay(files, device=device, reps=args.reps, mode=mode, against=against, timeout=args.timeout)
+    Exit code: 1 if any file still fails; else 2 if any could not run (an
+    invalid file -- one line on stderr naming the file and the field -- a
+    target that cannot be imported, a contract mismatch); else 3 if any was
+    inconclusive; else 0.  With --json stdout is always one JSON list of rows,
+    also when the whole command fails (then each file's row says why).
+    """
+    from . import crashes
+    from .replay import COULD_NOT_RUN, Against, ReplayRow, exit_code, replay
+
+    files: list[Path] = []
+    try:
+        files = crashes.crash_files(args.paths)  # validates paths before choosing a device
+        if not files:
+            raise UsageError(f"no crash files under {', '.join(map(str, args.paths))}")
+        if (args.contract or args.overlap) and ":" not in (args.against or ""):
+            raise UsageError("--contract and --overlap go with --against module:function")
+        device = device_mod.select(args.device)  # before any import of the kernels, a user's module too
+        against = None
+        if args.against:
+            from .targets import load_user_fn, resolve_one
+            if ":" in args.against:
+                load_user_fn(args.against)  # a missing module is one error, not one per file
+                against = Against(args.against, args.contract, args.overlap)
+            else:
+                against = Against(resolve_one(args.against, contract="").name)
+    except UsageError as exc:
+        if args.json:  # still JSON: every file found could not run, for this one reason
+            print(json.dumps([ReplayRow(f, args.against or "?", COULD_NOT_RUN, reason=str(exc)).to_json()
+                              for f in files], indent=2))
+        raise
+    rows = replay(files, device=device, reps=args.reps, mode=args.mode, against=against, timeout=args.timeout)
+    for r in rows:
+        if r.status == COULD_NOT_RUN:
+            reason = r.reason if str(r.path) in r.reason else f"{r.path}: {r.reason}"
+            err.print(f"mambafuzz: error: {reason}", highlight=False)
     if args.json:
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
@@ -371,9 +439,7 @@ def cmd_replay(args) -> int:
             detail = r.reason or (r.verdict.summary() if r.verdict else "")
             table.add_row(str(r.path), r.target, f"[{style}]{r.status}[/]", kn, detail)
         out.print(table)
-    if any(r.status == "could not run" for r in rows) and not any(r.status == "still failing" for r in rows):
-        return EXIT_USAGE
-    return EXIT_FINDINGS if any(r.status == "still failing" for r in rows) else EXIT_CLEAN
+    return exit_code(rows)
 
 
 def cmd_selfcheck(args) -> int:
@@ -389,22 +455,18 @@ COMMANDS = {"list": cmd_list, "fuzz": cmd_fuzz, "smoke": lambda a: cmd_fuzz(a, s
             "replay": cmd_replay, "selfcheck": cmd_selfcheck}
 
 
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM stops a session like Ctrl-C: what was found is kept, state is saved
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _sigterm)
+    interrupt.reset()
+    interrupt.install()  # SIGINT/SIGTERM: finish the current example, report, keep what was found
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
         err.print(f"mambafuzz: error: {exc}", highlight=False)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        err.print("mambafuzz: interrupted")
-        return 130
+    except KeyboardInterrupt:  # a second signal: stop now
+        err.print("mambafuzz: interrupted", highlight=False)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -3,6 +3,12 @@
 Layout: ``<root>/<contract>/<target>/<case hash>.json``.  Files are written to a
 temporary name in the same folder, fsynced and renamed into place, so a killed
 writer never leaves a partial file; a finding already on disk is not rewritten.
+
+A file records the target's ``overlap`` and, for a user target
+(``module:function``), ``target_path``: the folder its module was imported
+from, which replay puts on sys.path, so that the stored ``replay`` command
+(with the file's absolute path) runs as written from any directory.
+``load`` checks every field's type and range and names the file and the field.
 """
 from __future__ import annotations
 
@@ -11,12 +17,13 @@ import json
 import os
 import platform
 import re
+import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cases import Case, case_from_json
+from .cases import CONTRACTS, Case, case_from_json
 from .engine import Verdict
 from .errors import CaseError, CrashFileError, UsageError
 
@@ -64,17 +71,23 @@ def crash_path(root: Path, finding: Finding) -> Path:
 
 
 def replay_command(path: Path, finding: Finding) -> str:
-    cmd = f"mambafuzz replay {path} --device {finding.device}"
+    """The command that replays `path`; absolute, so it runs from any directory."""
+    cmd = f"mambafuzz replay {shlex.quote(str(Path(path).absolute()))} --device {finding.device}"
     return cmd + (" --mode race" if finding.mode == "race" else "")
 
 
 def to_record(finding: Finding, path: Path) -> dict[str, Any]:
+    from .targets import user_info
+
+    info = user_info(finding.target) or {}
     return {
         "schema": CRASH_SCHEMA,
         "target": finding.target,
         "contract": finding.contract,
         "device": finding.device,
         "mode": finding.mode,
+        "overlap": info.get("overlap", "full"),
+        **({"target_path": info["target_path"]} if info.get("target_path") else {}),
         "case_hash": finding.case.content_hash(),
         "case_summary": finding.case.describe(),
         "case": finding.case.to_json(),
@@ -131,9 +144,66 @@ class CrashRecord:
     def target(self) -> str:
         return self.body["target"]
 
+    @property
+    def overlap(self) -> str:
+        return self.body.get("overlap", "full")
+
+    @property
+    def target_path(self) -> str | None:
+        return self.body.get("target_path")
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _one_of(*choices):
+    return (lambda v: isinstance(v, str) and v in choices), f"one of {', '.join(choices)}"
+
+
+def _optional(check, what):
+    return (lambda v: v is None or check(v)), f"{what} or null"
+
+
+_STR = (lambda v: isinstance(v, str)), "a string"
+_OBJECT = (lambda v: isinstance(v, dict)), "an object"
+_FIELDS: dict[str, tuple] = {  # field -> (check, what it must be); "case" and "schema" are checked apart
+    "target": ((lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string"),
+    "contract": _one_of(*CONTRACTS),
+    "device": _one_of("cpu", "cuda"),
+    "mode": _one_of("compare", "race"),
+    "reps": (_count, "a non-negative integer"),
+    "failures": (_count, "a non-negative integer"),
+    "verdict": _OBJECT,
+    "overlap": _one_of("left", "full"),
+    "target_path": _optional(*_STR),
+    "case_hash": _STR,
+    "case_summary": _STR,
+    "replay": _STR,
+    "time": _STR,
+    "found": _OBJECT,
+    "environment": _OBJECT,
+}
+
+
+def _check_fields(path: Path, body: dict[str, Any]) -> None:
+    for name, (ok, what) in _FIELDS.items():
+        if name in body and not ok(body[name]):
+            raise CrashFileError(f"{path}: field {name!r} must be {what}, got {_show(body[name])}")
+    kind = body["verdict"].get("kind")
+    if kind is not None and not isinstance(kind, str):
+        raise CrashFileError(f"{path}: field 'verdict.kind' must be a string, got {_show(kind)}")
+    if "reps" in body and "failures" in body and body["failures"] > body["reps"]:
+        raise CrashFileError(f"{path}: field 'failures' ({body['failures']}) is more than 'reps' ({body['reps']})")
+
 
 def load(path: Path) -> CrashRecord:
-    """Read and validate one crash file; CrashFileError names the file and the problem."""
+    """Read and validate one crash file; CrashFileError names the file and the field."""
     path = Path(path)
     try:
         body = json.loads(path.read_text())
@@ -143,17 +213,22 @@ def load(path: Path) -> CrashRecord:
         raise CrashFileError(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise CrashFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise CrashFileError(f"{path}: not a crash file (JSON nested too deeply)") from None
     if not isinstance(body, dict):
         raise CrashFileError(f"{path}: a crash file holds a JSON object")
     schema = body.get("schema")
-    if not isinstance(schema, int):
+    if not isinstance(schema, int) or isinstance(schema, bool):
         raise CrashFileError(f"{path}: no integer 'schema' field; not a mambafuzz crash file")
     if schema > CRASH_SCHEMA:
         raise CrashFileError(f"{path}: written with crash schema {schema}; this mambafuzz reads up to "
                              f"{CRASH_SCHEMA} (upgrade mambafuzz)")
+    if schema < 1:
+        raise CrashFileError(f"{path}: field 'schema' must be 1..{CRASH_SCHEMA}, got {schema}")
     missing = [k for k in _REQUIRED if k not in body]
     if missing:
         raise CrashFileError(f"{path}: malformed crash file, missing {', '.join(missing)}")
+    _check_fields(path, body)
     try:
         case = case_from_json(body["case"])
     except CaseError as exc:

@@ -13,6 +13,8 @@ import sys
 from .errors import UsageError
 
 DEVICES = ("cpu", "cuda", "auto")
+# What the process was started with; select() sets TRITON_INTERPRET itself afterwards.
+_INHERITED = os.environ.get("TRITON_INTERPRET")
 _KERNEL_MODULES = ("kernels.copy", "kernels.batch_memcpy", "kernels.state_copy", "kernels.postprocess")
 
 
@@ -25,11 +27,24 @@ def _cuda_available() -> bool:
 
 
 def kernels_loaded_interpreted() -> bool | None:
-    """None while no kernel module is imported; else whether they were interpreted."""
+    """None while no kernel module is imported; else whether the loaded kernels are interpreted.
+
+    Asks a jitted function itself: ``kernels.INTERPRETED`` is read when the
+    package is first imported, which can be before ``select`` ran.
+    """
     if not any(m in sys.modules for m in _KERNEL_MODULES):
         return None
-    import kernels
-    return kernels.INTERPRETED
+    from kernels import copy
+    return not bool(copy._COMPILED)
+
+
+def _check_inherited(device: str) -> None:
+    """An inherited TRITON_INTERPRET that contradicts the device is an error, not a silent switch."""
+    if _INHERITED is None or _INHERITED not in ("0", "1"):
+        return
+    if (_INHERITED == "1") != (device == "cpu"):
+        raise UsageError(f"TRITON_INTERPRET={_INHERITED} in the environment contradicts device {device!r} "
+                         f"(unset it; mambafuzz sets it from --device / MAMBAFUZZ_DEVICE)")
 
 
 def select(device: str) -> str:
@@ -37,7 +52,8 @@ def select(device: str) -> str:
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
     if device == "auto":
-        device = "cuda" if _cuda_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+        device = "cuda" if _cuda_available() and _INHERITED != "1" else "cpu"
+    _check_inherited(device)
     if device == "cuda" and not _cuda_available():
         raise UsageError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
     want_interpreted = device == "cpu"

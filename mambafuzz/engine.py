@@ -5,6 +5,11 @@ Compare mode checks every repetition's bytes against the oracle.  Race mode
 recorder: a hazard is a failure even when the bytes came out right, which they
 always do in Triton's interpreter.
 
+An exception from the target is judged by ``blame.classify``: the kernel's or
+the user's own (a finding of kind ``exception``), Triton's interpreter's
+(``Inconclusive``: nothing was checked) or mambafuzz's (``InternalError``).
+On ``cuda`` a CUDA error is a ``fault`` (the context is lost with it).
+
 A case with ``perturb`` runs an amplifiable target (``fn.amplifiable``, set by
 the registry for the project's Triton kernels and zoo variants) with
 ``perturb=``: chosen warps sleep so that GPU races show.  Other targets run the
@@ -12,10 +17,13 @@ case unperturbed.  In the interpreter the perturbation compiles to nothing.
 """
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import blame
 from .cases import Case
+from .errors import CaseError, Inconclusive, InternalError
 from .materialize import Materialized, Mismatch, materialize
 from .stats import rate_upper_bound
 
@@ -31,16 +39,19 @@ class Verdict:
     mode: str
     mismatch: Mismatch | None = None
     hazards: list[Any] = field(default_factory=list)
-    fault: str | None = None
+    fault: str | None = None        # a CUDA fault, a crash or a hang: the process or context is gone
+    exception: str | None = None    # the kernel or the user's function raised (blame.KERNEL)
 
     @property
     def failed(self) -> bool:
-        return bool(self.failures or self.hazards or self.fault)
+        return bool(self.failures or self.hazards or self.fault or self.exception)
 
     @property
     def kind(self) -> str | None:
         if self.fault:
             return "fault"
+        if self.exception:
+            return "exception"
         if self.hazards:
             return "race"
         if self.failures:
@@ -54,6 +65,8 @@ class Verdict:
     def summary(self) -> str:
         if self.fault:
             return f"fault: {self.fault}"
+        if self.exception:
+            return f"exception: {self.exception}"
         parts = []
         if self.hazards:
             h = self.hazards[0]
@@ -69,16 +82,37 @@ class Verdict:
         return {"kind": self.kind, "mode": self.mode, "reps": self.reps, "failures": self.failures,
                 "rate_upper95": self.rate_upper95, "summary": self.summary(),
                 "mismatch": self.mismatch.to_json() if self.mismatch else None,
-                "hazards": [h.to_json() for h in self.hazards], "fault": self.fault}
+                "hazards": [h.to_json() for h in self.hazards], "fault": self.fault,
+                "exception": self.exception}
 
 
-def _root_cause(exc: BaseException) -> BaseException:
-    """Triton's interpreter wraps kernel exceptions in InterpreterError(repr(e))."""
-    seen = set()
-    while exc.__cause__ is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        exc = exc.__cause__
-    return exc
+def _is_cuda_fault(exc: BaseException) -> bool:
+    text = str(exc)
+    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "illegal memory access" in text
+
+
+def _judge_exception(verdict: Verdict, exc: Exception, device: str) -> None:
+    """Record a target's exception on `verdict`, or raise Inconclusive / InternalError."""
+    cause = blame.root_cause(exc)
+    hazard = getattr(cause, "hazard", None)
+    if hazard is not None:  # the recorder's bounds fence stopped a wild access
+        verdict.hazards.append(hazard)
+    elif device == "cuda" and _is_cuda_fault(cause):
+        verdict.fault = f"{type(cause).__name__}: {cause}"
+    else:
+        who = blame.classify(exc)
+        if who.who == blame.INTERPRETER:
+            raise Inconclusive(who.message) from exc
+        if who.who == blame.MAMBAFUZZ:
+            raise InternalError(who.message, who.traceback) from exc
+        verdict.exception = who.message
+    verdict.reps += 1
+    verdict.failures += 1
+
+
+def _ours(step: str, exc: Exception) -> InternalError:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return InternalError(f"internal error in mambafuzz while {step}: {type(exc).__name__}: {exc}", text)
 
 
 def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None) -> list[Any]:
@@ -111,11 +145,8 @@ def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", ampli
                        amplifiable=amplifiable)
         verdict.reps, verdict.failures = res.reps, res.failures
         verdict.mismatch = failing_mismatch(m, fn, res, amplifiable=amplifiable)
-    except Exception as exc:  # a faulting target is a finding, not a crash of the session
-        cause = _root_cause(exc)
-        verdict.fault = f"{type(cause).__name__}: {cause}"
-        verdict.reps = max(verdict.reps, 1)
-        verdict.failures = max(verdict.failures, 1)
+    except Exception as exc:  # judged like any other target exception
+        _judge_exception(verdict, exc, "cuda")
     return verdict
 
 
@@ -127,7 +158,12 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     """
     if mode not in MODES:
         raise ValueError(f"unknown check mode {mode!r}")
-    m = materialize(case, device)
+    try:
+        m = materialize(case, device)
+    except CaseError:
+        raise
+    except Exception as exc:
+        raise _ours("materialising the case", exc) from exc
     if device == "cuda" and reps > 1 and mode == "compare":
         from .gpu_reps import device_reps_enabled
         if device_reps_enabled():  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
@@ -145,21 +181,17 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
             if device == "cuda":
                 import torch
                 torch.cuda.synchronize()
-        except Exception as exc:  # a faulting target is a finding, not a crash of the session
-            cause = _root_cause(exc)
-            hazard = getattr(cause, "hazard", None)
-            if hazard is not None:
-                verdict.hazards.append(hazard)
-            else:
-                verdict.fault = f"{type(cause).__name__}: {cause}"
-            verdict.reps += 1
-            verdict.failures += 1
+        except Exception as exc:
+            _judge_exception(verdict, exc, device)
             return verdict
         if mode != "race":
             hazards = [h for h in hazards if h.kind == "out-of-bounds"]
         verdict.hazards.extend(hazards)
         verdict.reps += 1
-        mismatch = m.compare()
+        try:
+            mismatch = m.compare()
+        except Exception as exc:
+            raise _ours("comparing with the oracle", exc) from exc
         if mismatch is not None:
             verdict.failures += 1
             verdict.mismatch = verdict.mismatch or mismatch

@@ -1,7 +1,18 @@
-"""Errors a user can cause; the CLI turns each into one line and exit code 2."""
+"""mambafuzz's one error hierarchy: what went wrong, and so which exit code it is.
+
+- ``UsageError`` (and its kinds): bad input from the user; one line, exit 2.
+- ``Inconclusive``: nothing could be checked on a case (an interpreter that
+  cannot run the kernel); the target's verdict is inconclusive, exit 3.
+- ``InternalError``: mambafuzz's own code failed; never a finding against the
+  kernel; its traceback goes to a file; exit 3.
+"""
 
 
-class UsageError(Exception):
+class MambafuzzError(Exception):
+    """Base of every error mambafuzz raises on purpose."""
+
+
+class UsageError(MambafuzzError):
     """Bad input from the user: options, files, targets, devices."""
 
 
@@ -11,3 +22,15 @@ class CaseError(UsageError):
 
 class CrashFileError(UsageError):
     """A crash file that is unreadable, malformed, or written by a newer schema."""
+
+
+class Inconclusive(MambafuzzError):
+    """The run could not check the kernel on this case; the message says why in one line."""
+
+
+class InternalError(MambafuzzError):
+    """mambafuzz itself failed; ``traceback`` holds the full text for the error file."""
+
+    def __init__(self, message: str, traceback: str = ""):
+        super().__init__(message)
+        self.traceback = traceback

@@ -2,14 +2,24 @@
 
 Each Hypothesis example runs all N repetitions of one case, so shrinking sees one
 verdict per example.  Generation runs in short chunks (one Hypothesis run each,
-new seed each) so that a time budget, a live view and Ctrl-C all act between
-chunks.  Shrinking is bounded by its own budget; when a failure stops
-reproducing while shrinking (a race that showed 2/100 once), the smallest
-failing case seen is kept with its rate instead of aborting.
+new seed each) so that a time budget, a live view and a stop signal all act
+between examples.
+
+A failure is on disk the moment it is seen (``_Best``), unshrunk; every smaller
+failing case then replaces the file (the new one is written before the old one
+goes), so a signal or a kill at any point leaves the best case so far.  When a
+failure stops reproducing while shrinking (a race that showed 2/100 once), the
+smallest failing case seen is kept with its rate.
+
+Every report says why its target stopped (``STOPS``) and what that means
+(``TargetReport.status``); ``outcome.exit_code`` turns statuses into the
+process's exit code.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,17 +31,29 @@ from hypothesis.errors import Flaky, Unsatisfiable
 
 import strategies
 
-from . import crashes
+from . import crashes, interrupt
 from .cases import Case
 from .engine import Verdict, run_case
-from .errors import CaseError, UsageError
+from .errors import CaseError, Inconclusive, InternalError, UsageError
 from .reduce import reduce_case
 
 CHUNK = 20
 
+# Why a target's run ended.
+STOPS = ("max-examples", "time", "exhausted", "finding", "interrupted", "inconclusive", "internal-error",
+         "not-run")
+
 
 class _CaseFailed(Exception):
     """Raised inside a Hypothesis example so that Hypothesis shrinks the case."""
+
+
+class _Stop(BaseException):
+    """Leave the Hypothesis run at once (not a failure of the example): why, and a one-line detail."""
+
+    def __init__(self, stop: str, detail: str | None = None):
+        super().__init__(stop)
+        self.stop, self.detail = stop, detail
 
 
 @dataclass
@@ -44,18 +66,35 @@ class TargetReport:
     seconds: float = 0.0
     finding: crashes.Finding | None = None
     written: bool = False
+    stop: str = "not-run"          # one of STOPS
+    detail: str | None = None      # one line: why inconclusive, internal error or not run
     interrupted: bool = False
-    context_lost: bool = False  # a CUDA fault broke the context: nothing more can run in this process
-    error: str | None = None
+    context_lost: bool = False     # a CUDA fault broke the context: nothing more can run in this process
     rejected: list[str] = field(default_factory=list)
+    min_examples: int = 1          # fewer valid examples than this is not a clean run
+    finished: bool = False         # the target's run has ended (the live view prints it once)
 
     @property
     def status(self) -> str:
-        if self.error:
-            return "error"
+        """finding | clean | inconclusive | interrupted (what the exit code is made from)."""
         if self.finding:
             return "finding"
-        return "interrupted" if self.interrupted else "clean"
+        if self.interrupted:
+            return "interrupted"
+        if self.stop in ("inconclusive", "internal-error", "not-run") or self.examples < self.min_examples:
+            return "inconclusive"
+        return "clean"
+
+    @property
+    def why(self) -> str:
+        """One line for the report: the detail, or why a run with few examples is not clean."""
+        if self.detail:
+            return self.detail
+        if self.status == "inconclusive":
+            first = f"; first rejection: {self.rejected[0]}" if self.rejected else ""
+            return (f"only {self.examples} valid example(s), {self.min_examples} needed "
+                    f"({len(self.rejected)} drawn case(s) rejected{first})")
+        return ""
 
 
 @dataclass
@@ -64,12 +103,15 @@ class FuzzOptions:
     mode: str = "race"
     reps: int = 1
     max_examples: int = 100
-    time_budget: float | None = None
+    min_examples: int = 1
+    time_budget: float | None = None     # seconds for this target, shrinking included
+    deadline: float | None = None        # absolute (time.time()) end of this target's share
     shrink_budget: float = 60.0
     seed: int | None = None
     database: ExampleDatabase | str | None = ".mambafuzz/examples"
     crashes_dir: Path | None = Path("crashes")
     profile: strategies.Profile = strategies.CPU
+    errors_dir: Path = Path(".mambafuzz/errors")
 
 
 def _seed_hypothesis(seed: int) -> None:
@@ -93,6 +135,31 @@ def check_redis(url: str) -> None:
         raise UsageError(f"Redis database {url} does not answer: {exc}") from None
 
 
+def check_database(value) -> None:
+    """Fail early, in one line, when a --database folder could not keep examples.
+
+    Hypothesis swallows write errors in its directory database, so a bad path
+    would otherwise be accepted and nothing would persist.  'none' and
+    redis:// (see check_redis) are not paths.
+    """
+    import os
+
+    if value is None or str(value).lower() == "none" or str(value).startswith("redis://"):
+        return
+    path = Path(value)
+    if Path(os.path.realpath(path)).parts[:2] in (("/", "proc"), ("/", "sys")):
+        raise UsageError(f"--database {value}: a folder under /proc or /sys cannot keep examples")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--database {value} is a file, not a folder (give a folder, 'none', or redis://HOST:PORT)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".mambafuzz-write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--database {value} is not a writable folder: {exc.strerror or exc}") from None
+
+
 def _database(db) -> ExampleDatabase | None:
     if db is None or isinstance(db, ExampleDatabase):
         return db
@@ -104,48 +171,136 @@ def _database(db) -> ExampleDatabase | None:
     return DirectoryBasedExampleDatabase(str(db))
 
 
-def _keep(state: dict, case: Case, verdict: Verdict) -> None:
-    """Keep the smallest failing case seen (ties go to the newer, simpler draw)."""
-    best = state["best"]
-    if best is None or case.size <= best[0].size:
-        state["best"] = (case, verdict)
+def _write_error(opts: FuzzOptions, target_name: str, exc: InternalError) -> str:
+    """Put an internal error's traceback in a file; return the one line that points at it."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path(opts.errors_dir) / f"{stamp}-{re.sub(r'[^A-Za-z0-9._-]', '_', target_name)}.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{exc}\n\n{exc.traceback}")
+    except OSError:
+        return f"{exc} (traceback could not be written under {opts.errors_dir})"
+    return f"{exc} (traceback: {path})"
 
 
-def _reduce(target, opts: FuzzOptions, state: dict) -> None:
-    """Case-level reduction of the shrunk failure, inside the same shrink budget."""
-    def still_fails(case: Case) -> bool:
-        try:
-            verdict = run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
-        except CaseError:
+class _Best:
+    """The smallest failing case so far, on disk from the moment it is seen."""
+
+    def __init__(self, target, opts: FuzzOptions, report: TargetReport, start: float,
+                 on_finding: Callable[[crashes.Finding], None] | None):
+        self.target, self.opts, self.report, self.start = target, opts, report, start
+        self.on_finding = on_finding
+        self.case: Case | None = None
+        self.verdict: Verdict | None = None
+        self.first_at = 0.0
+        self.first_examples = 0
+        self.shrinks = 0
+        self.path: Path | None = None       # where the best case is on disk
+        self.own_path: Path | None = None   # a file this run wrote (a known crash's file is never removed)
+
+    def counts(self, verdict: Verdict) -> bool:
+        """Whether `verdict` is the same failure: wrong bytes stay required once seen, so that
+        shrinking never trades a visible corruption for a same-value store no hardware shows."""
+        if not verdict.failed:
             return False
-        if verdict.failed:
-            _keep(state, case, verdict)
-        return verdict.failed
+        if self.verdict is not None and self.verdict.mismatch is not None:
+            return verdict.mismatch is not None
+        return True
 
-    case, tried = reduce_case(state["best"][0], still_fails,
-                              lambda: time.monotonic() - state["first_at"] <= opts.shrink_budget)
-    state["shrinks"] += tried
+    def keep(self, case: Case, verdict: Verdict) -> None:
+        """Keep (and save) `case` when it is the first failure or smaller than the best so far."""
+        if self.case is not None and case.size > self.case.size:
+            return
+        first = self.case is None
+        if first:
+            self.first_at = time.monotonic()
+            self.first_examples = self.report.examples
+        self.case, self.verdict = case, verdict
+        finding = self.finding()
+        self.report.finding = finding
+        if self.opts.crashes_dir is None:
+            return
+        old = self.own_path
+        path, written = crashes.save(finding, self.opts.crashes_dir)
+        self.path = path
+        if old is not None and old != path:
+            old.unlink(missing_ok=True)  # the smaller case is on disk now
+        if written:
+            self.own_path = path
+        elif old != path:
+            self.own_path = None  # the best case is a crash known from before this run
+        self.report.written = self.own_path is not None
+        if self.on_finding is not None:
+            self.on_finding(finding)
+
+    def finding(self) -> crashes.Finding:
+        return crashes.Finding(
+            target=self.target.name, contract=self.target.contract, device=self.opts.device, mode=self.opts.mode,
+            case=self.case, verdict=self.verdict, examples_to_first=self.first_examples,
+            seconds_to_first=self.first_at - self.start, shrink_examples=self.shrinks, path=self.path)
+
+
+def _judge(target, opts: FuzzOptions, case: Case) -> Verdict | None:
+    """run_case, with None for a case that could not be checked (while shrinking, that is 'passes')."""
+    try:
+        return run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
+    except (CaseError, Inconclusive, InternalError):
+        return None
+
+
+def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> None:
+    """Case-level reduction of the best failure, inside the shrink budget."""
+    def still_fails(case: Case) -> bool:
+        interrupt.check()
+        verdict = _judge(target, opts, case)
+        if verdict is None or not best.counts(verdict):
+            return False
+        best.keep(case, verdict)
+        return True
+
+    _, tried = reduce_case(best.case, still_fails, lambda: time.monotonic() <= shrink_end)
+    best.shrinks += tried
+
+
+def _end_time(opts: FuzzOptions, start: float) -> float | None:
+    """This target's end on the monotonic clock: its own budget, capped by the session's deadline."""
+    ends = []
+    if opts.time_budget:
+        ends.append(start + opts.time_budget)
+    if opts.deadline is not None:
+        ends.append(start + (opts.deadline - time.time()))
+    return min(ends) if ends else None
 
 
 def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], None] | None = None,
-                before_case: Callable[[Case], None] | None = None) -> TargetReport:
-    """Fuzz one target until a finding, the example count, or the time budget."""
-    report = TargetReport(target.name, target.contract)
-    strategy = strategies.for_contract(target.contract, profile=opts.profile, overlap=target.overlap)
+                before_case: Callable[[Case], None] | None = None,
+                on_finding: Callable[[crashes.Finding], None] | None = None) -> TargetReport:
+    """Fuzz one target until a finding, the example count, the time budget or a stop signal."""
+    report = TargetReport(target.name, target.contract, min_examples=min(opts.min_examples, opts.max_examples))
     start = time.monotonic()
-    deadline = start + opts.time_budget if opts.time_budget else None
-    state: dict = {"best": None, "first_at": None, "first_examples": 0, "shrinks": 0}
+    end = _end_time(opts, start)
+    if end is not None and end <= start:
+        report.detail = "not run: its share of --time was used up by the targets before it"
+        report.finished = True
+        return report
+    strategy = strategies.for_contract(target.contract, profile=opts.profile, overlap=target.overlap)
+    best = _Best(target, opts, report, start, on_finding)
+
+    def shrink_end() -> float:
+        limit = best.first_at + opts.shrink_budget
+        return min(limit, end) if end is not None else limit
 
     def body(case: Case) -> None:
-        now = time.monotonic()
+        interrupt.check()
         if report.context_lost:
             return  # every later launch would fault too: keep the case that broke the context
-        if state["best"] is not None:
-            if now - state["first_at"] > opts.shrink_budget:
+        shrinking = best.case is not None
+        if shrinking:
+            if time.monotonic() > shrink_end():
                 return  # out of shrink budget: report the smallest failure so far
-            state["shrinks"] += 1
-        elif deadline is not None and now > deadline:
-            assume(False)  # out of time: let Hypothesis run out of examples quietly
+            best.shrinks += 1
+        elif end is not None and time.monotonic() > end:
+            raise _Stop("time")
         if before_case is not None:
             before_case(case)
         try:
@@ -153,28 +308,35 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         except CaseError as exc:  # the strategy drew something the oracle rejects: our bug, say so
             report.rejected.append(f"{case.describe()}: {exc}")
             assume(False)
+        except Inconclusive as exc:
+            if shrinking:
+                return  # this smaller case could not be checked: it does not reproduce
+            raise _Stop("inconclusive", str(exc)) from None
+        except InternalError as exc:
+            if shrinking:
+                return
+            raise _Stop("internal-error", _write_error(opts, target.name, exc)) from None
         report.examples += 1
         report.reps += verdict.reps
         report.failed_reps += verdict.failures
         report.seconds = time.monotonic() - start
         if progress:
             progress(report)
-        if verdict.failed:
-            if opts.device == "cuda" and verdict.kind == "fault":
-                report.context_lost = True
-            first = state["best"] is None
-            if first:
-                state["first_at"] = time.monotonic()
-                state["first_examples"] = report.examples
-            _keep(state, case, verdict)
-            if first and not report.context_lost:  # big case-level cuts first; Hypothesis then shrinks the draws
-                _reduce(target, opts, state)
-            raise _CaseFailed(verdict.summary())
+        if not (best.counts(verdict) if shrinking else verdict.failed):
+            return
+        if opts.device == "cuda" and verdict.kind == "fault":
+            report.context_lost = True
+        best.keep(case, verdict)
+        if not shrinking and not report.context_lost:  # big case-level cuts first; Hypothesis then shrinks
+            _reduce(target, opts, best, shrink_end())
+        raise _CaseFailed(verdict.summary())
 
     chunk_index = 0
+    report.stop = "max-examples"
     try:
-        while report.examples < opts.max_examples and state["best"] is None:
-            if deadline is not None and time.monotonic() > deadline:
+        while report.examples < opts.max_examples and best.case is None:
+            if end is not None and time.monotonic() > end:
+                report.stop = "time"
                 break
             n = min(CHUNK, opts.max_examples - report.examples)
             test = given(strategy)(body)
@@ -190,26 +352,22 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             before = report.examples
             try:
                 test()
-            except (_CaseFailed, Flaky):
+            except (_CaseFailed, Flaky, Unsatisfiable):
                 pass
-            except Unsatisfiable:
-                pass
-            if report.examples == before and state["best"] is None:
-                break  # the strategy is exhausted (or every draw was rejected)
-    except KeyboardInterrupt:
+            if report.examples == before and best.case is None:
+                report.stop = "exhausted"  # the strategy is exhausted (or every draw was rejected)
+                break
+        if best.case is not None and not report.context_lost:  # again, on what Hypothesis shrank to
+            _reduce(target, opts, best, shrink_end())
+    except _Stop as stop:
+        report.stop, report.detail = stop.stop, stop.detail
+    except (interrupt.StopRequested, KeyboardInterrupt):
         report.interrupted = True
-    if state["best"] is not None and not (report.interrupted or report.context_lost):
-        try:  # again, on what Hypothesis shrank to
-            _reduce(target, opts, state)
-        except KeyboardInterrupt:
-            report.interrupted = True
+        report.stop = "interrupted"
+    if best.case is not None:
+        report.finding = best.finding()  # final counts (shrink examples); the file holds this case
+        if report.stop not in ("interrupted",):
+            report.stop = "finding"
     report.seconds = time.monotonic() - start
-    if state["best"] is not None:
-        case, verdict = state["best"]
-        report.finding = crashes.Finding(
-            target=target.name, contract=target.contract, device=opts.device, mode=opts.mode, case=case,
-            verdict=verdict, examples_to_first=state["first_examples"],
-            seconds_to_first=state["first_at"] - start, shrink_examples=state["shrinks"])
-        if opts.crashes_dir is not None:
-            _, report.written = crashes.save(report.finding, opts.crashes_dir)
+    report.finished = True
     return report

@@ -20,6 +20,7 @@ from kernels.perturb import Perturb
 
 from .cases import BatchCopyCase, Case, PostprocessCase, StateCopyCase
 from .errors import CaseError
+from .signature import accepts
 
 MAX_ARENA = 1 << 31      # largest dense arena (2 GiB)
 DENSE_LIMIT = 256 << 20  # pool arenas above this are materialised sparsely
@@ -109,18 +110,19 @@ class Materialized:
             self.args["num_accepted"].copy_(self.accepted_snapshot)
 
     def run(self, fn, amplifiable: bool | None = None) -> None:
-        """Call ``fn`` on the live arena.
+        """Call ``fn`` on the live arena, as ``signature.SIGNATURES`` says.
 
-        ``perturb=`` is passed only when the case has one and the target is
-        amplifiable (``amplifiable``, or else ``fn.amplifiable``); a torch or
-        user target gets exactly the contract's arguments.
+        The contract's arguments go positionally (in contract order), its
+        options by keyword, ``arena=`` only when ``fn`` accepts it, and
+        ``perturb=`` only when the case has one and the target is amplifiable
+        (``amplifiable``, or else ``fn.amplifiable``).
         """
         if amplifiable is None:
             amplifiable = bool(getattr(fn, "amplifiable", False))
+        extra = {"arena": self.arena} if accepts(fn, "arena") else {}
         if self.perturb is not None and amplifiable:
-            fn(**self.args, **self.kwargs, arena=self.arena, perturb=self.perturb)
-        else:
-            fn(**self.args, **self.kwargs, arena=self.arena)
+            extra["perturb"] = self.perturb
+        fn(*self.args.values(), **self.kwargs, **extra)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor a target may touch, by name (the race recorder's regions)."""

@@ -32,6 +32,7 @@ Atomics take part only in rules 3 and 4.
 """
 from __future__ import annotations
 
+import inspect
 import linecache
 import os
 import sys
@@ -189,13 +190,51 @@ def _elem_size(handle) -> int:
     return size
 
 
-def _arg(args, kwargs, pos, *names):
-    if len(args) > pos:
-        return args[pos]
-    for n in names:
-        if n in kwargs:
-            return kwargs[n]
-    return None
+# --------------------------------------------------------------------------
+# builder hooks: where each patched method takes the arguments we read
+# --------------------------------------------------------------------------
+# hook -> the parameters the recorder reads, each a tuple of accepted names
+_HOOK_PARAMS = {
+    "create_masked_load": (("ptrs", "ptr"), ("mask",)),
+    "create_masked_store": (("ptrs", "ptr"), ("mask",)),
+    "create_atomic_rmw": (("ptr", "ptrs"), ("mask",)),
+    "create_atomic_cas": (("ptr", "ptrs"),),
+    "set_grid_idx": (("x",), ("y",), ("z",)),
+}
+
+
+def _param_reader(builder, hook: str):
+    """``read(args, kwargs) -> tuple`` of the `_HOOK_PARAMS` arguments of ``builder.<hook>``.
+
+    Positions come from the method's signature (feature detection, no version
+    strings): Triton 3.9 renamed the interpreter's cache arguments and dropped
+    one, ``create_masked_load(ptrs, mask, other, cache_policy, is_volatile)`` and
+    ``create_masked_store(ptrs, value, mask, cache_policy)``, where 3.5..3.8 have
+    ``(ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)`` and
+    ``(ptrs, value, mask, cache_modifier, eviction_policy)``.  The class's own
+    method is read (an instance attribute may be another recorder's wrapper);
+    a release without one of the names fails here, at patch time, not with
+    wrong records.
+    """
+    method = getattr(type(builder), hook)
+    names = list(inspect.signature(method).parameters)[1:]     # drop self
+    found = []
+    for accepted in _HOOK_PARAMS[hook]:
+        name = next((n for n in accepted if n in names), None)
+        if name is None:
+            raise RuntimeError(f"the race recorder does not support Triton {triton.__version__}: its "
+                               f"interpreter's {hook}{tuple(names)} has no parameter named "
+                               f"{' or '.join(accepted)}")
+        found.append((names.index(name), name))
+    found = tuple(found)
+    last = max(pos for pos, _ in found)
+
+    def read(args, kwargs):
+        if len(args) > last:        # the interpreter's own calls: all positional
+            return tuple(args[pos] for pos, _ in found)
+        return tuple(args[pos] if len(args) > pos else kwargs.get(name) for pos, name in found)
+
+    return read
 
 
 def _first_per_group(groups_sorted_positions, positions):
@@ -287,6 +326,11 @@ class RaceRecorder:
         if self._saved is not None:
             raise RuntimeError("RaceRecorder is already active")
         ib = _interp.interpreter_builder
+        r_load = _param_reader(ib, "create_masked_load")     # before anything is patched
+        r_store = _param_reader(ib, "create_masked_store")
+        r_rmw = _param_reader(ib, "create_atomic_rmw")
+        r_cas = _param_reader(ib, "create_atomic_cas")
+        r_idx = _param_reader(ib, "set_grid_idx")
         saved = {}
         for name in _PATCHED:
             saved[name] = (name in ib.__dict__, ib.__dict__.get(name), getattr(ib, name))
@@ -303,19 +347,19 @@ class RaceRecorder:
         o_idx = saved["set_grid_idx"][2]
 
         def create_masked_load(*args, **kwargs):
-            rec._record(OP_LOAD, _arg(args, kwargs, 0, "ptrs", "ptr"), _arg(args, kwargs, 1, "mask"))
+            rec._record(OP_LOAD, *r_load(args, kwargs))
             return o_load(*args, **kwargs)
 
         def create_masked_store(*args, **kwargs):
-            rec._record(OP_STORE, _arg(args, kwargs, 0, "ptrs", "ptr"), _arg(args, kwargs, 2, "mask"))
+            rec._record(OP_STORE, *r_store(args, kwargs))
             return o_store(*args, **kwargs)
 
         def create_atomic_rmw(*args, **kwargs):
-            rec._record(OP_ATOMIC, _arg(args, kwargs, 1, "ptr", "ptrs"), _arg(args, kwargs, 3, "mask"))
+            rec._record(OP_ATOMIC, *r_rmw(args, kwargs))
             return o_rmw(*args, **kwargs)
 
         def create_atomic_cas(*args, **kwargs):
-            rec._record(OP_ATOMIC, _arg(args, kwargs, 0, "ptr", "ptrs"), None)
+            rec._record(OP_ATOMIC, *r_cas(args, kwargs), None)
             return o_cas(*args, **kwargs)
 
         def create_barrier(*args, **kwargs):
@@ -331,9 +375,7 @@ class RaceRecorder:
 
         def set_grid_idx(*args, **kwargs):
             r = o_idx(*args, **kwargs)
-            x = _arg(args, kwargs, 0, "x")
-            y = _arg(args, kwargs, 1, "y")
-            z = _arg(args, kwargs, 2, "z")
+            x, y, z = r_idx(args, kwargs)
             rec._programs.append((int(x), int(y), int(z)))
             rec._prog = len(rec._programs) - 1
             rec._epoch = 0

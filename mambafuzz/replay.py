@@ -1,4 +1,22 @@
-"""Replay saved crash files: does each still fail, and how often (k/N)?"""
+"""Replay saved crash files: does each still fail, and how often (k/N)?
+
+Each file gets one row, whatever happens to the others:
+
+- ``still failing`` / ``fixed``: the target ran on the saved case;
+- ``could not run``: bad input -- the file is invalid (the reason names the
+  file and the field), its target cannot be imported, or the contracts differ;
+- ``inconclusive``: nothing could be checked (Triton's interpreter cannot run
+  the kernel) or mambafuzz itself failed.
+
+``exit_code`` turns the rows into the command's exit code: 1 if any file
+still fails; else 2 if any could not run; else 3 if any was inconclusive;
+else 0.
+
+The target is the recorded one (a user ``module:function`` is imported from
+the file's ``target_path``), or ``--against``: a registry name, or
+``module:function`` taking its contract and overlap from each crash file
+unless ``contract`` / ``overlap`` override them.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,14 +24,16 @@ from pathlib import Path
 
 from . import crashes
 from .engine import Verdict, run_case
-from .errors import CaseError, UsageError
+from .errors import Inconclusive, InternalError, UsageError
+
+STILL_FAILING, FIXED, COULD_NOT_RUN, INCONCLUSIVE = "still failing", "fixed", "could not run", "inconclusive"
 
 
 @dataclass
 class ReplayRow:
     path: Path
     target: str
-    status: str  # "still failing" | "fixed" | "could not run"
+    status: str  # one of the four above
     verdict: Verdict | None = None
     reason: str = ""
 
@@ -22,31 +42,71 @@ class ReplayRow:
                 "verdict": self.verdict.to_json() if self.verdict else None, "reason": self.reason}
 
 
+@dataclass(frozen=True)
+class Against:
+    """`--against`: a target to run instead of the recorded one (picklable, for the child process)."""
+
+    spec: str
+    contract: str | None = None
+    overlap: str | None = None
+
+
+def _as_against(against) -> Against | None:
+    if against is None or isinstance(against, Against):
+        return against
+    if isinstance(against, str):
+        return Against(against)
+    return Against(against.name, against.contract, against.overlap)  # a registry Target
+
+
+def _target_for(record: crashes.CrashRecord, against: Against | None):
+    from .targets import resolve_one
+
+    from .signature import check
+
+    contract = record.case.contract
+    if against is None:
+        target = resolve_one(record.target, contract=contract, overlap=record.overlap,
+                             target_path=record.target_path)
+    else:
+        target = resolve_one(against.spec, contract=against.contract or contract,
+                             overlap=against.overlap or record.overlap)
+    if target.kind == "user" and target.contract == contract:
+        check(target.fn, target.contract, target.name)  # a misfit is bad input, not a finding
+    return target
+
+
 def replay_one(record: crashes.CrashRecord, *, device: str, reps: int | None, mode: str | None,
                against=None) -> ReplayRow:
-    from .targets import resolve
-
-    name = against.name if against is not None else record.target
+    """Run one loaded crash file; never raises for what the file or the target does."""
+    against = _as_against(against)
+    name = against.spec if against is not None else record.target
     try:
-        target = against if against is not None else resolve([record.target], contract=record.case.contract)[0]
+        target = _target_for(record, against)
         if target.contract != record.case.contract:
-            return ReplayRow(record.path, name, "could not run",
+            return ReplayRow(record.path, name, COULD_NOT_RUN,
                              reason=f"target contract {target.contract} != crash contract {record.case.contract}")
-        verdict = run_case(target.fn, record.case, device, reps=reps or int(record.body.get("reps") or 1),
+        verdict = run_case(target.fn, record.case, device, reps=reps or record.body.get("reps") or 1,
                            mode=mode or record.body["mode"])
-    except (UsageError, CaseError) as exc:
-        return ReplayRow(record.path, name, "could not run", reason=str(exc))
-    status = "still failing" if verdict.failed else "fixed"
-    return ReplayRow(record.path, name, status, verdict)
+    except UsageError as exc:  # CaseError too: geometry the oracle rejects
+        return ReplayRow(record.path, name, COULD_NOT_RUN, reason=str(exc))
+    except (Inconclusive, InternalError) as exc:
+        return ReplayRow(record.path, name, INCONCLUSIVE, reason=str(exc))
+    except Exception as exc:  # noqa: BLE001 - one file's failure must not lose the others' results
+        return ReplayRow(record.path, name, INCONCLUSIVE,
+                         reason=f"internal error in mambafuzz: {type(exc).__name__}: {exc}")
+    return ReplayRow(record.path, name, STILL_FAILING if verdict.failed else FIXED, verdict)
 
 
-def _child(path, device, reps, mode, against_spec, conn) -> None:
+def _child(path, device, reps, mode, against, conn) -> None:
     from . import device as device_mod
-    from .targets import resolve
 
-    device_mod.select(device)
-    against = resolve([against_spec])[0] if against_spec else None
-    row = replay_one(crashes.load(path), device=device, reps=reps, mode=mode, against=against)
+    try:
+        device_mod.select(device)
+        row = replay_one(crashes.load(path), device=device, reps=reps, mode=mode, against=against)
+    except Exception as exc:  # noqa: BLE001 - answer with a row; dying would read as a crash finding
+        conn.send((str(path), COULD_NOT_RUN if isinstance(exc, UsageError) else INCONCLUSIVE, str(exc), None))
+        return
     v = row.verdict
     conn.send((row.target, row.status, row.reason,
                None if v is None else (v.kind, v.summary(), v.failures, v.reps)))
@@ -59,11 +119,11 @@ def replay_isolated(record: crashes.CrashRecord, *, device: str, reps: int | Non
 
     from .session import VerdictInfo
 
+    against = _as_against(against)
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    name = against.name if against is not None else record.target
-    proc = ctx.Process(target=_child, args=(record.path, device, reps, mode,
-                                            against.name if against is not None else None, send), daemon=True)
+    name = against.spec if against is not None else record.target
+    proc = ctx.Process(target=_child, args=(record.path, device, reps, mode, against, send), daemon=True)
     proc.start()
     send.close()
     finished = recv.poll(timeout)
@@ -71,7 +131,8 @@ def replay_isolated(record: crashes.CrashRecord, *, device: str, reps: int | Non
         try:
             target, status, reason, v = recv.recv()
             proc.join(10)
-            return ReplayRow(record.path, target, status, VerdictInfo(*v) if v else None, reason)
+            return ReplayRow(record.path, name if status in (COULD_NOT_RUN, INCONCLUSIVE) else target, status,
+                             VerdictInfo(*v) if v else None, reason)
         except EOFError:  # the child died before it could answer
             proc.join(10)
     if proc.is_alive():
@@ -79,17 +140,20 @@ def replay_isolated(record: crashes.CrashRecord, *, device: str, reps: int | Non
         proc.join(10)
     why = (f"crash: replay process died (exit code {proc.exitcode})" if finished
            else f"hang: no result within {timeout:g} s")
-    return ReplayRow(record.path, name, "still failing", VerdictInfo("fault", why, 1, 1))
+    return ReplayRow(record.path, name, STILL_FAILING, VerdictInfo("fault", why, 1, 1))
 
 
 def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str | None = None,
            against=None, timeout: float = 120.0) -> list[ReplayRow]:
+    """One row per crash file under `paths`; an invalid file is a row, and the others still run."""
+    if mode is None and device != "cpu":
+        mode = "compare"  # the race recorder is the interpreter's
     rows = []
     for path in crashes.crash_files(paths):
         try:
             record = crashes.load(path)
         except crashes.CrashFileError as exc:
-            rows.append(ReplayRow(path, "?", "could not run", reason=str(exc)))
+            rows.append(ReplayRow(path, "?", COULD_NOT_RUN, reason=str(exc)))
             continue
         if record.body["verdict"].get("kind") == "fault" or device == "cuda":
             rows.append(replay_isolated(record, device=device, reps=reps, mode=mode, against=against,
@@ -97,3 +161,13 @@ def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str
         else:
             rows.append(replay_one(record, device=device, reps=reps, mode=mode, against=against))
     return rows
+
+
+def exit_code(rows: list[ReplayRow]) -> int:
+    """1 if any still fails; else 2 if any could not run (bad input); else 3 if any inconclusive; else 0."""
+    statuses = {r.status for r in rows}
+    if STILL_FAILING in statuses:
+        return 1
+    if COULD_NOT_RUN in statuses or not rows:
+        return 2
+    return 3 if INCONCLUSIVE in statuses else 0

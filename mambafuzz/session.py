@@ -24,7 +24,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from . import crashes
+from . import crashes, interrupt
 from .cases import case_from_json
 from .crashes import Finding, atomic_write_json
 from .errors import UsageError
@@ -73,6 +73,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     from . import device as device_mod
 
     device_mod.select(spec.device)
+    interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
     import strategies
     from .fuzz import FuzzOptions, fuzz_target
     from .targets import resolve
@@ -87,9 +88,9 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
             target = resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
         except UsageError as exc:
             conn.send(("report", {"target": entry["spec"], "contract": entry.get("contract") or "?",
-                                  "error": str(exc)}))
+                                  "stop": "not-run", "detail": str(exc)}))
             continue
-        opts = FuzzOptions(**{**opts_fields, "time_budget": entry.get("time_budget")})
+        opts = FuzzOptions(**{**opts_fields, "deadline": entry.get("deadline")})
         conn.send(("target", target.name))
         last = [0.0]
 
@@ -102,7 +103,22 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
                 last[0] = now
                 conn.send(("progress", _report_dict(report)))
 
-        report = fuzz_target(target, opts, progress, before_case=before_case)
+        def on_finding(finding):  # the parent knows of a failure as soon as it is on disk
+            conn.send(("found", {"target": target.name, "contract": target.contract,
+                                 "finding": _finding_json(finding)}))
+
+        try:
+            report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding)
+        except Exception as exc:  # mambafuzz's own failure: never a crash finding against the kernel
+            import traceback
+
+            from .errors import InternalError
+            from .fuzz import _write_error
+            detail = _write_error(opts, target.name, InternalError(
+                f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
+            conn.send(("report", {"target": target.name, "contract": target.contract,
+                                  "stop": "internal-error", "detail": detail}))
+            continue
         conn.send(("report", _report_dict(report)))
         if report.context_lost:
             conn.close()
@@ -116,8 +132,8 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
 def _report_dict(report) -> dict:
     body = {"target": report.target, "contract": report.contract, "examples": report.examples,
             "reps": report.reps, "failed_reps": report.failed_reps, "seconds": report.seconds,
-            "interrupted": report.interrupted, "error": report.error, "rejected": report.rejected[:5],
-            "written": report.written}
+            "interrupted": report.interrupted, "stop": report.stop, "detail": report.detail,
+            "min_examples": report.min_examples, "rejected": report.rejected[:5], "written": report.written}
     if report.finding is not None:
         body["finding"] = _finding_json(report.finding)
     return body
@@ -159,7 +175,7 @@ class _Live:
 
 def session_key(targets: list[dict], sopts: SessionOptions) -> str:
     """Same targets and options -> same key -> resume from the same state file."""
-    body = {"targets": targets, "device": sopts.device,
+    body = {"targets": [{k: v for k, v in t.items() if k != "deadline"} for t in targets], "device": sopts.device,
             "options": {k: v for k, v in sopts.options.items() if k not in ("time_budget",)}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -189,8 +205,9 @@ class Session:
         self.done = set(body.get("done", []))
         for name, r in body.get("reports", {}).items():
             rep = TargetReport(name, r.get("contract", "?"), examples=r.get("examples", 0),
-                                     reps=r.get("reps", 0), failed_reps=r.get("failed_reps", 0),
-                                     seconds=r.get("seconds", 0.0), error=r.get("error"))
+                               reps=r.get("reps", 0), failed_reps=r.get("failed_reps", 0),
+                               seconds=r.get("seconds", 0.0), stop=r.get("stop", "max-examples"),
+                               detail=r.get("detail"), min_examples=r.get("min_examples", 1))
             if r.get("finding"):
                 rep.finding = _finding_from(r, self.sopts.device, self.sopts.options["mode"])
             self.reports[name] = rep
@@ -199,7 +216,8 @@ class Session:
         if not self.state_path:
             return
         body = {"key": self.key, "done": sorted(self.done), "reports": {
-            name: {**{k: getattr(r, k) for k in ("contract", "examples", "reps", "failed_reps", "seconds", "error")},
+            name: {**{k: getattr(r, k) for k in ("contract", "examples", "reps", "failed_reps", "seconds", "stop",
+                                                   "detail", "min_examples")},
                    **({"finding": _finding_json(r.finding)} if r.finding else {})}
             for name, r in self.reports.items()}}
         atomic_write_json(self.state_path, body)
@@ -230,13 +248,16 @@ class Session:
         rep.failed_reps = sum(b.get("failed_reps", 0) for b in partial.values())
         rep.seconds = max(b.get("seconds", 0.0) for b in partial.values())
         rep.rejected = [m for b in partial.values() for m in b.get("rejected", [])]
-        if body.get("error"):
-            rep.error = body["error"]
+        rep.min_examples = max(b.get("min_examples", 1) for b in partial.values())
+        for key in ("stop", "detail"):
+            if body.get(key):
+                setattr(rep, key, body[key])
         if body.get("interrupted"):
             rep.interrupted = True
-        if body.get("finding") and rep.finding is None:
-            rep.finding = _finding_from(body, self.sopts.device, self.sopts.options["mode"])
-            rep.written = body.get("written", False)
+        if body.get("finding"):
+            found = _finding_from(body, self.sopts.device, self.sopts.options["mode"])
+            if rep.finding is None or found.case.size <= rep.finding.case.size:
+                rep.finding, rep.written = found, body.get("written", False) or rep.written
 
     def _fault_finding(self, live: _Live, why: str, kind: str) -> None:
         """The worker died or hung mid-case: that case is the finding."""
@@ -265,7 +286,9 @@ class Session:
         interrupted = False
         try:
             while live:
-                ready = wait([w.conn for w in live] + [w.process.sentinel for w in live], timeout=1.0)
+                if interrupt.requested():
+                    raise KeyboardInterrupt
+                ready = wait([w.conn for w in live] + [w.process.sentinel for w in live], timeout=0.25)
                 now = time.monotonic()
                 for w in list(live):
                     died = w.process.sentinel in ready and not w.conn.poll()
@@ -299,12 +322,13 @@ class Session:
                     self.on_update(self.reports)
         except KeyboardInterrupt:
             interrupted = True
-            for w in live:
-                w.process.terminate()
-            for w in live:
-                w.process.join(10)
-                if w.process.is_alive():
-                    w.process.kill()
+            self._stop_workers(live)
+        for t in self.targets:  # a target no worker reached is reported, never dropped
+            name = t.get("name", t["spec"])
+            if name not in self.reports:
+                self.reports[name] = TargetReport(name, t.get("contract") or "?", stop="not-run", finished=True,
+                                                  detail="not run: interrupted" if interrupted else
+                                                  "not run: no worker reached it")
         for rep in self.reports.values():
             rep.interrupted = rep.interrupted or (interrupted and rep.target not in self.done)
         if self.state_path:
@@ -318,6 +342,29 @@ class Session:
         names = [t.get("name", t["spec"]) for t in self.targets]
         return names + [n for n in self.reports if n not in names]
 
+    def _stop_workers(self, live: list[_Live], grace: float = 30.0) -> None:
+        """SIGTERM each worker (it ends its current example and reports), read what they send, then kill."""
+        for w in live:
+            if w.process.is_alive():
+                w.process.terminate()
+        until = time.monotonic() + grace
+        pending = list(live)
+        while pending and time.monotonic() < until:
+            wait([w.conn for w in pending] + [w.process.sentinel for w in pending], timeout=0.25)
+            for w in list(pending):
+                try:
+                    while w.conn.poll():
+                        self._handle(w, w.conn.recv())
+                except (EOFError, OSError):
+                    pending.remove(w)
+                    continue
+                if not w.process.is_alive() and not w.conn.poll():
+                    pending.remove(w)
+        for w in live:
+            if w.process.is_alive():
+                w.process.kill()
+            w.process.join(5)
+
     def _finish_target(self, w: _Live, name: str) -> None:
         self.done.add(name)
         w.remaining = [t for t in w.remaining if t["spec"] != name and t.get("name") != name]
@@ -330,10 +377,18 @@ class Session:
             w.current_target, w.current_case = body, None
         elif kind == "case":
             w.current_case = body
+        elif kind == "found":
+            rep = self.reports.get(body["target"])
+            if rep is None:
+                rep = self.reports[body["target"]] = TargetReport(body["target"], body["contract"])
+            rep.finding = _finding_from(body, self.sopts.device, self.sopts.options["mode"])
+            rep.written = True
+            self.on_update(self.reports)
         elif kind in ("progress", "report"):
             body = {**body, "_worker": w.spec.index}
             self._merge(body)
             if kind == "report":
+                self.reports[body["target"]].finished = True
                 self._finish_target(w, body["target"])
             self.on_update(self.reports)
 

@@ -1,8 +1,18 @@
-"""Resolve target specs from the command line: registry names, globs, user functions."""
+"""Resolve target specs from the command line: registry names, globs, user functions.
+
+A user target is ``module:function``.  Its module is imported from the
+current directory too (the ``mambafuzz`` console script does not put it on
+``sys.path`` the way ``python -m`` does), and the folder it was imported
+from is remembered (``user_info``) so that a crash file can record it and
+replay can import the module again from anywhere.
+"""
 from __future__ import annotations
 
 import fnmatch
 import importlib
+import os
+import sys
+from pathlib import Path
 
 from .cases import CONTRACTS
 from .errors import UsageError
@@ -13,16 +23,31 @@ def _registry():
     return registry
 
 
-def user_target(spec: str, contract: str | None, overlap: str = "full"):
-    """`module:function` with `contract`: a user's own kernel behind a documented adapter."""
-    registry = _registry()
+_USER_INFO: dict[str, dict] = {}  # spec -> {"overlap", "target_path"} of user targets resolved here
+
+
+def _import_root(module) -> str | None:
+    """The folder to put on sys.path so that `module` imports again (None: namespace or built-in)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    up = module.__name__.count(".") + (1 if Path(file).name == "__init__.py" else 0)
+    root = Path(file).resolve().parent
+    for _ in range(up):
+        root = root.parent
+    return str(root)
+
+
+def load_user_fn(spec: str, target_path: str | None = None):
+    """Import `module:function`; `target_path` (a crash file's record) goes first on sys.path."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UsageError(f"target {spec!r}: a user target is written module:function")
-    if contract not in CONTRACTS:
-        raise UsageError(f"target {spec!r} needs --contract ({', '.join(CONTRACTS)})")
-    if overlap not in ("left", "full"):
-        raise UsageError(f"--overlap must be 'left' or 'full', got {overlap!r}")
+    if target_path and os.path.isdir(target_path) and target_path not in sys.path:
+        sys.path.insert(0, target_path)
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.append(cwd)  # last: the user's folder never shadows an installed package
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix, in one line
@@ -30,8 +55,39 @@ def user_target(spec: str, contract: str | None, overlap: str = "full"):
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise UsageError(f"target {spec!r}: module {module_name!r} has no callable {attr!r}")
+    return fn, module
+
+
+def user_target(spec: str, contract: str | None, overlap: str = "full", target_path: str | None = None):
+    """`module:function` with `contract`: a user's own kernel behind a documented adapter."""
+    registry = _registry()
+    if contract not in CONTRACTS:
+        raise UsageError(f"target {spec!r} needs --contract ({', '.join(CONTRACTS)})")
+    if overlap not in ("left", "full"):
+        raise UsageError(f"--overlap must be 'left' or 'full', got {overlap!r}")
+    fn, module = load_user_fn(spec, target_path)
+    _USER_INFO[spec] = {"overlap": overlap, "target_path": _import_root(module)}
     return registry.Target(name=spec, contract=contract, kind="user", overlap=overlap,
-                           description=(fn.__doc__ or "user kernel").strip().splitlines()[0], fn=fn)
+                           description=((fn.__doc__ or "").strip() or "user kernel").splitlines()[0], fn=fn)
+
+
+def user_info(name: str) -> dict | None:
+    """What a crash file records about target `name`: overlap and, for a user target, its import folder."""
+    if name in _USER_INFO:
+        return dict(_USER_INFO[name])
+    registry = sys.modules.get("kernels.registry")
+    target = getattr(registry, "TARGETS", {}).get(name) if registry is not None else None
+    return {"overlap": target.overlap} if target is not None else None
+
+
+def resolve_one(name: str, *, contract: str, overlap: str = "full", target_path: str | None = None):
+    """One exact target (a registry name or module:function, never a glob), as a crash file names it."""
+    if ":" in name:
+        return user_target(name, contract, overlap, target_path)
+    try:
+        return _registry().get(name)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0]) if exc.args else f"unknown target {name!r}") from None
 
 
 def resolve(specs: list[str], *, contract: str | None = None, overlap: str = "full") -> list:

@@ -1,7 +1,8 @@
 """Batches of byte copies, drawn the way overlap bugs hide.
 
 Each row picks an overlap kind (none / left / right / exact), a size near the
-places kernels branch (0, 1, 7, 8, 9, around the copy block), a shift that is
+places kernels branch (0, 1, 7, 8, 9, around the copy block; now and then,
+on profiles that ask for it, one over several 1-4 KiB tiles), a shift that is
 small or near the copy block, and an alignment offset below 8; rows are then
 laid out in one arena so that the batch is well-posed (unless asked not to be).
 """
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from mambafuzz.cases import BatchCopyCase
 
 from .perturb import maybe_perturb
-from .profiles import Profile
+from .profiles import Profile, draw_wide
 
 OVERLAPS_FULL = ("none", "left", "right", "exact")
 OVERLAPS_LEFT = ("none", "left", "exact")
@@ -38,6 +39,14 @@ def _sizes(profile: Profile):
     return st.one_of(st.sampled_from(picks), st.integers(0, profile.max_copy_bytes))
 
 
+def _wide_sizes(profile: Profile):
+    """Rows over several 1-4 KiB tiles: near 2 and 3 of them, or anything up to ``wide_bytes``."""
+    lo, hi = profile.max_copy_bytes + 1, profile.wide_bytes
+    near = sorted({k * t + d for t in (1024, 2048, 4096) for k in (2, 3) for d in (-1, 0, 1, 9)
+                   if lo <= k * t + d <= hi})
+    return st.one_of(st.sampled_from(near), st.integers(lo, hi)) if near else st.integers(lo, hi)
+
+
 def small_first(small):
     order = {s: i for i, s in enumerate(small)}
     return lambda s: (order.get(s, len(order)), s)
@@ -52,7 +61,8 @@ def _shifts(profile: Profile, size: int):
 @st.composite
 def copy_rows(draw, profile: Profile, overlaps=OVERLAPS_FULL) -> Row:
     kind = draw(st.sampled_from(overlaps))
-    size = draw(_sizes(profile))
+    wide = profile.wide_bytes > profile.max_copy_bytes and draw_wide(draw, profile)
+    size = draw(_wide_sizes(profile) if wide else _sizes(profile))
     shift = draw(_shifts(profile, size)) if kind in ("left", "right") else 0
     dst_align = draw(st.integers(0, 7))
     src_align = draw(st.integers(0, 7)) if kind == "none" else dst_align

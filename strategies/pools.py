@@ -15,11 +15,38 @@ from mambafuzz.cases import PostprocessCase, StateCopyCase
 from oracle import PoolLayout, decide
 
 from .perturb import maybe_perturb
-from .profiles import Profile
+from .profiles import Profile, draw_wide
 
 KINDS = ("conv_sd", "conv_ds", "temporal")
 ELEM_SIZES = (2, 1, 4, 8)
 ALIASING = ("distinct", "same", "shared")
+
+
+TILE = 1024  # the smallest engine tile a wide state must cross
+
+
+def _wide_shape(draw, profile: Profile, kind: str, elem: int) -> tuple[dict, int]:
+    """A state over more than one 1 KiB tile: (kind fields, data bytes without padding).
+
+    SD: ``state_len * dim * elem`` in (1 KiB, wide_bytes], with at least 4
+    tokens so that a same-block shift by a small bias still overlaps.  DS: each
+    row (1 KiB, wide_row_bytes] with 8- or 4-byte elements (fewer tokens: the
+    interpreter walks DS rows token by token), one to three rows.  Temporal:
+    one axis of (1 KiB, wide_bytes] bytes.
+    """
+    if kind == "temporal":
+        n = draw(st.integers(TILE // elem + 1, profile.wide_bytes // elem))
+        return {"inner": (n,)}, n * elem
+    if kind == "conv_ds":
+        elem = max(elem, 4)
+        state_len = draw(st.integers(TILE // elem + 1, profile.wide_row_bytes // elem))
+        dim = draw(st.integers(1, 3))
+        row_stride = (state_len + draw(st.sampled_from([0, 1, 3]))) * elem
+        return {"state_len": state_len, "dim": dim, "row_stride": row_stride, "elem_size": elem}, dim * row_stride
+    state_len = draw(st.integers(4, 32))
+    token_lo = TILE // (state_len * elem) + 1
+    dim = draw(st.integers(token_lo, max(token_lo, profile.wide_bytes // (state_len * elem))))
+    return {"state_len": state_len, "dim": dim}, state_len * dim * elem
 
 
 @st.composite
@@ -29,6 +56,11 @@ def pool_shapes(draw, profile: Profile, group: int) -> dict:
     elem = draw(st.sampled_from(ELEM_SIZES))
     pad_elems = draw(st.sampled_from([0, 1, 3, 8]))
     shape = {"kind": kind, "elem_size": elem, "group": group}
+    if draw_wide(draw, profile):
+        fields, data = _wide_shape(draw, profile, kind, elem)
+        shape.update(fields)
+        shape["block_stride"] = data + pad_elems * shape["elem_size"]
+        return shape
     if kind == "temporal":
         inner = tuple(draw(st.lists(st.integers(1, profile.max_inner), min_size=1, max_size=3)))
         shape["inner"] = inner
@@ -143,10 +175,17 @@ def state_copy_cases(draw, profile: Profile) -> StateCopyCase:
     tables = draw(block_tables(groups, requests, cols, copies))
     huge = draw(st.integers(0, 7)) == 7  # one case in eight: a pool past 2 GiB
     arena_size, pools = place_pools(draw, shapes, tables, huge=huge)
-    tiles = draw(st.one_of(st.sampled_from([1, 16]), st.integers(1, profile.max_tiles)))
+    tiles = draw(num_tiles(profile))
     return StateCopyCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
                          seed=draw(st.integers(0, 2**32 - 1)), src_cols=tuple(src_cols), dst_cols=tuple(dst_cols),
                          biases=tuple(biases), perturb=maybe_perturb(draw, profile))
+
+
+def num_tiles(profile: Profile) -> st.SearchStrategy:
+    """1 and the maximum, 2 and one below it (more than one tile, fewer than all), or any."""
+    top = profile.max_tiles
+    picks = sorted({1, top, min(2, top), max(1, top - 1)}, key=lambda n: (n != 1, n != top, n))
+    return st.one_of(st.sampled_from(picks), st.integers(1, top))
 
 
 def _freeze(tables):
@@ -192,7 +231,7 @@ def postprocess_cases(draw, profile: Profile) -> PostprocessCase:
         copies.append((read, int(d.dst_col[r])))
     tables = draw(block_tables(groups, requests, cols, copies))
     arena_size, pools = place_pools(draw, shapes, tables)
-    tiles = draw(st.one_of(st.sampled_from([1, 16]), st.integers(1, profile.max_tiles)))
+    tiles = draw(num_tiles(profile))
     return PostprocessCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
                            seed=draw(st.integers(0, 2**32 - 1)), block_size=block_size,
                            num_computed=tuple(comp), num_scheduled=tuple(sched), num_draft=tuple(draft),

@@ -4,11 +4,23 @@
 case (``strategies.perturb.perturbs``): which warps of the project's kernels
 sleep, where and how long, and at what warp count.  Hypothesis searches it with
 the geometry and shrinks it towards no perturbation at all.
+
+Engine kernels work in tiles of 512 B to a few KiB, so their tile-edge bugs
+(tiles walked in the wrong order, a tile boundary off by one) only show on
+spans of several tiles.  The CPU profile keeps its cases small for the
+interpreter but, one state or batch row in ``wide_one_in``, draws a *wide*
+one: an SD conv state or temporal state of 1 KiB .. ``wide_bytes``, DS rows of
+1 KiB .. ``wide_row_bytes`` each (the project's DS kernel walks rows token by
+token, about a millisecond per token in the interpreter: hence the lower cap),
+or a batch row of up to ``wide_bytes``.  ``wide_one_in = 0`` draws none (the GPU
+profiles draw large cases anyway).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+from hypothesis import strategies as st
 
 
 @dataclass(frozen=True)
@@ -24,10 +36,23 @@ class Profile:
     max_tiles: int
     amplify: bool = False    # draw a perturbation (race amplification) per case
     max_state_len: int = 8   # conv window; long DS rows span several warps, which DS-row races need on a GPU
+    wide_one_in: int = 0     # one state / batch row in this many is wide (spans several 1-4 KiB tiles); 0: never
+    wide_bytes: int = 0      # largest wide SD conv or temporal state, and largest wide batch row
+    wide_row_bytes: int = 0  # largest wide DS row
+
+
+def draw_wide(draw, profile: Profile) -> bool:
+    """Inside a composite strategy: True one time in ``profile.wide_one_in`` (never when 0).
+
+    Drawn as an integer whose top value means wide, so shrinking leads away from it.
+    """
+    n = profile.wide_one_in
+    return bool(n) and draw(st.integers(0, n - 1)) == n - 1
 
 
 CPU = Profile("cpu", max_rows=6, max_copy_bytes=2200, copy_block=1024, max_requests=3, max_cols=6,
-              max_dim=9, max_inner=6, max_tiles=16)
+              max_dim=9, max_inner=6, max_tiles=16, wide_one_in=8, wide_bytes=12 * 1024 + 40,
+              wide_row_bytes=4 * 1024 + 40)
 GPU = Profile("gpu", max_rows=256, max_copy_bytes=40_000, copy_block=1024, max_requests=16, max_cols=8,
               max_dim=300, max_inner=64, max_tiles=16, max_state_len=1024)
 GPU_AMP = dataclasses.replace(GPU, name="gpu-amp", amplify=True)

@@ -8,7 +8,8 @@ otherwise everything runs through the interpreter and ``gpu`` tests are skipped.
 import os
 
 GPU_RUN = os.environ.get("MAMBAFUZZ_DEVICE") == "cuda"
-os.environ["TRITON_INTERPRET"] = "0" if GPU_RUN else os.environ.get("TRITON_INTERPRET", "1")
+_INHERITED = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "0" if GPU_RUN else "1"
 
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
@@ -16,6 +17,13 @@ from hypothesis import settings  # noqa: E402
 # Property tests are deterministic in CI: a red run must be reproducible, a green one must not be luck.
 settings.register_profile("mambafuzz-tests", derandomize=True, deadline=None, print_blob=True)
 settings.load_profile("mambafuzz-tests")
+
+
+def pytest_configure(config):
+    # An inherited TRITON_INTERPRET=0 on a CPU run used to turn the CPU tests into skipped GPU tests, green.
+    if _INHERITED is not None and _INHERITED != os.environ["TRITON_INTERPRET"]:
+        raise pytest.UsageError(f"TRITON_INTERPRET={_INHERITED} in the environment contradicts this run "
+                                f"(MAMBAFUZZ_DEVICE={'cuda' if GPU_RUN else 'unset: CPU'}); unset it")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -68,12 +68,13 @@ def test_torch_path_and_triton_kernel_pass_where_the_buggy_copy_fails():
         assert not run_case(registry.get(name).fn, RIGHT_SHIFT, "cpu", mode="race").failed, name
 
 
-def test_a_faulting_target_is_a_finding_not_a_crash():
+def test_an_exception_from_the_users_function_is_a_finding_at_its_line():
     def boom(src_ptrs, dst_ptrs, sizes, *, arena):
         raise RuntimeError("illegal memory access")
 
     v = run_case(boom, LEFT_SHIFT, "cpu")
-    assert v.kind == "fault" and "illegal memory access" in v.fault
+    assert v.kind == "exception" and "RuntimeError: illegal memory access" in v.exception
+    assert "test_engine.py" in v.exception and 'raise RuntimeError("illegal memory access")' in v.exception
 
 
 def test_wild_pointer_is_fenced_on_the_cpu(tmp_path):

@@ -444,23 +444,34 @@ from triton._C.libtriton import ir as _ir  # noqa: E402
 _TYPES = {1: (tl.uint8, np.uint8), 2: (tl.uint16, np.uint16), 4: (tl.uint32, np.uint32), 8: (tl.uint64, np.uint64)}
 
 
+def _call(ib, hook, positional, **given):
+    """Call ``ib.<hook>`` with `given` by parameter name, the rest None (``is_*`` flags False).
+
+    Names and order come from the builder class's signature, so the same call
+    works on 3.9 (``cache_policy``) and 3.5..3.8 (``cache_modifier``,
+    ``eviction_policy``); `positional` passes everything by position instead.
+    """
+    names = list(inspect.signature(getattr(type(ib), hook)).parameters)[1:]
+    assert set(given) <= set(names), (hook, names, given)
+    values = {n: given.get(n, False if n.startswith("is_") else None) for n in names}
+    if positional:
+        return getattr(ib, hook)(*values.values())
+    return getattr(ib, hook)(**values)
+
+
 def _issue(ib, op, site, addrs, mask, size):
+    """One access through the hooks; site 0 calls by keyword, site 1 by position."""
     tt, nt = _TYPES[size]
     ptr = _interp.TensorHandle(np.ascontiguousarray(addrs, dtype=np.uint64), tl.pointer_type(tt))
     m = _interp.TensorHandle(np.ascontiguousarray(mask, dtype=bool), tl.int1)
     val = _interp.TensorHandle(np.ones(addrs.shape, dtype=nt), tt)
     if op == "load":
-        if site == 0:
-            ib.create_masked_load(ptr, m, None, None, None, False)
-        else:
-            ib.create_masked_load(ptr, m, None, None, None, False)
+        _call(ib, "create_masked_load", site == 1, ptrs=ptr, mask=m)
     elif op == "store":
-        if site == 0:
-            ib.create_masked_store(ptr, val, m, None, None)
-        else:
-            ib.create_masked_store(ptr, val, m, None, None)
+        _call(ib, "create_masked_store", site == 1, ptrs=ptr, value=val, mask=m)
     else:
-        ib.create_atomic_rmw(_ir.ATOMIC_OP.ADD, ptr, val, m, _ir.MEM_SEMANTIC.RELAXED, None)
+        _call(ib, "create_atomic_rmw", site == 1, rmwOp=_ir.ATOMIC_OP.ADD, ptr=ptr, val=val, mask=m,
+              sem=_ir.MEM_SEMANTIC.RELAXED)
 
 
 def _random_launch(rng, ib, base, n_programs):
@@ -552,3 +563,70 @@ def test_random_patterns_match_brute_force():
         assert got == expect, (trial, got, expect)
         seen |= set(expect)
     assert seen == {"intra-program", "cross-program", "misaligned"}
+
+
+# --------------------------------------------------------------------------
+# the builder-signature adapter (racecheck._param_reader)
+# --------------------------------------------------------------------------
+class _Builder38:
+    """Triton 3.5..3.8's interpreter builder signatures."""
+    def create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile): ...
+    def create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy): ...
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope): ...
+    def create_atomic_cas(self, ptr, cmp, val, sem, scope): ...
+    def set_grid_idx(self, x, y, z): ...
+
+
+class _Builder39(_Builder38):
+    """Triton 3.9's: one cache argument, renamed."""
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile): ...
+    def create_masked_store(self, ptrs, value, mask, cache_policy): ...
+
+
+class _BuilderMoved(_Builder38):
+    """A made-up release that moves the mask first and renames ptrs to ptr."""
+    def create_masked_load(self, mask, ptr, other=None): ...
+    def create_masked_store(self, value, mask, ptr): ...
+    def create_atomic_rmw(self, mask, rmwOp, ptrs, val, sem, scope): ...
+
+
+class _BuilderNoMask(_Builder38):
+    def create_masked_load(self, ptrs, other, cache_policy, is_volatile): ...
+
+
+@pytest.mark.parametrize("cls, load_pos, store_pos, rmw_pos", [
+    (_Builder38, (0, 1), (0, 2), (1, 3)),
+    (_Builder39, (0, 1), (0, 2), (1, 3)),
+    (_BuilderMoved, (1, 0), (2, 1), (2, 0)),
+])
+def test_param_reader_finds_pointer_and_mask_by_name(cls, load_pos, store_pos, rmw_pos):
+    from mambafuzz.racecheck import _param_reader
+    b = cls()
+    for hook, (p_at, m_at) in (("create_masked_load", load_pos), ("create_masked_store", store_pos),
+                               ("create_atomic_rmw", rmw_pos)):
+        names = list(inspect.signature(getattr(cls, hook)).parameters)[1:]
+        read = _param_reader(b, hook)
+        args = [f"arg{i}" for i in range(len(names))]
+        assert read(tuple(args), {}) == (f"arg{p_at}", f"arg{m_at}"), (cls, hook)
+        # by keyword, and positional up to the pointer only
+        kwargs = dict(zip(names, args))
+        assert read((), kwargs) == (f"arg{p_at}", f"arg{m_at}")
+        k = min(p_at, m_at) + 1
+        assert read(tuple(args[:k]), dict(zip(names[k:], args[k:]))) == (f"arg{p_at}", f"arg{m_at}")
+    assert _param_reader(b, "create_atomic_cas")(("P", "C", "V", "S", "X"), {}) == ("P",)
+    assert _param_reader(b, "set_grid_idx")((3, 4, 5), {}) == (3, 4, 5)
+
+
+def test_param_reader_refuses_a_builder_without_the_names():
+    from mambafuzz.racecheck import _param_reader
+    with pytest.raises(RuntimeError, match="create_masked_load.*no parameter named mask"):
+        _param_reader(_BuilderNoMask(), "create_masked_load")
+    assert _param_reader(_BuilderNoMask(), "create_masked_store")(("p", "v", "m", None, None), {}) == ("p", "m")
+
+
+def test_param_reader_reads_the_class_not_a_wrapper():
+    """A patched instance attribute (*args, **kwargs) does not hide the real names."""
+    from mambafuzz.racecheck import _param_reader
+    b = _Builder39()
+    b.create_masked_load = lambda *args, **kwargs: None
+    assert _param_reader(b, "create_masked_load")(("p", "m", None, None, False), {}) == ("p", "m")

@@ -1,0 +1,55 @@
+"""Ctrl-C and SIGTERM stop a run between examples, never in the middle of one.
+
+A signal that raised ``KeyboardInterrupt`` wherever Python happened to be
+could land inside Hypothesis' shrinker, a crash-file write or the live view,
+and lose what was found.  So the first SIGINT/SIGTERM only sets a flag; the
+fuzz loop polls it (``check``) before every example, where stopping is safe,
+and the run reports what it has.  A second signal raises ``KeyboardInterrupt``
+at once, for a kernel that never returns.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+
+_requested = threading.Event()
+_installed = False
+
+
+class StopRequested(BaseException):
+    """Raised at a safe point after a stop signal.  A BaseException so that
+    Hypothesis does not take it for a failure of the example."""
+
+
+def _handler(signum, frame):
+    if _requested.is_set():
+        raise KeyboardInterrupt
+    _requested.set()
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM to the flag (main thread only; idempotent)."""
+    global _installed
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, _handler)
+    signal.signal(signal.SIGTERM, _handler)
+    _installed = True
+
+
+def requested() -> bool:
+    return _requested.is_set()
+
+
+def request() -> None:
+    _requested.set()
+
+
+def reset() -> None:
+    _requested.clear()
+
+
+def check() -> None:
+    """Raise StopRequested if a stop was asked for."""
+    if _requested.is_set():
+        raise StopRequested

@@ -1,0 +1,61 @@
+"""What a target function is called with, per contract, checked before fuzzing.
+
+A user's function that does not fit its contract must be a usage error (exit
+2, naming the expected signature), never a finding against the kernel.  The
+contract's arguments are passed positionally, its options by keyword;
+``arena=`` only to a function that accepts it.
+"""
+from __future__ import annotations
+
+import inspect
+from functools import lru_cache
+
+from .errors import UsageError
+
+# contract -> (positional arguments, keyword options), in call order
+SIGNATURES = {
+    "batch_memcpy": (("src_ptrs", "dst_ptrs", "sizes"), ()),
+    "state_copy": (("meta", "block_tables", "src_cols", "dst_cols", "biases"), ("num_tiles",)),
+    "postprocess": (("meta", "block_tables", "num_computed", "num_scheduled", "num_draft", "num_accepted",
+                     "state_idx"), ("block_size", "num_tiles")),
+}
+
+
+def expected(contract: str) -> str:
+    positional, options = SIGNATURES[contract]
+    keywords = ", ".join(f"{o}" for o in options)
+    return f"fn({', '.join(positional)}, *{', ' + keywords if keywords else ''}, arena=None)"
+
+
+@lru_cache(maxsize=256)
+def _signature(fn) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C function: assume it takes what it is given
+        return None
+
+
+def accepts(fn, keyword: str) -> bool:
+    """Whether `fn` can be called with ``keyword=`` (named, or a ``**kwargs``)."""
+    sig = _signature(fn)
+    if sig is None:
+        return True
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            return True
+        if p.name == keyword and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+            return True
+    return False
+
+
+def check(fn, contract: str, name: str) -> None:
+    """UsageError (one line) when `fn` cannot be called the way `contract` calls it."""
+    sig = _signature(fn)
+    if sig is None:
+        return
+    positional, options = SIGNATURES[contract]
+    try:
+        sig.bind(*positional, **{o: o for o in options})
+    except TypeError as exc:
+        raise UsageError(f"target {name}: {getattr(fn, '__name__', 'fn')}{sig} does not fit the {contract} contract "
+                         f"({exc}); expected {expected(contract)}") from None

@@ -1,0 +1,133 @@
+"""Case reduction: every candidate is valid and smaller, the greedy loop reaches
+hand-worked minima, and a fuzzed wrong copy shrinks as far as a plain
+Hypothesis test of the same kernel would."""
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import strategies
+from kernels.registry import Target
+from mambafuzz.cases import BatchCopyCase, PostprocessCase, StateCopyCase
+from mambafuzz.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.materialize import materialize
+from mambafuzz.reduce import candidates, reduce_case
+from oracle import PoolLayout
+
+ANY_PERTURB = st.one_of(st.none(), strategies.perturbs())
+CASES = st.builds(lambda case, p: case.with_perturb(p),
+                  st.one_of(*(strategies.for_contract(c) for c in ("batch_memcpy", "state_copy", "postprocess"))),
+                  ANY_PERTURB)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(CASES)
+def test_every_candidate_is_valid_and_strictly_smaller(case):
+    seen = 0
+    for smaller in candidates(case):
+        seen += 1
+        assert type(smaller) is type(case)
+        assert smaller.size < case.size, (case, smaller)
+        materialize(smaller, "cpu")  # raises CaseError when a candidate is not a valid case
+    if case.perturb is not None or (isinstance(case, BatchCopyCase) and len(case.copies) > 1):
+        assert seen  # dropping the perturbation or a row is always a candidate
+
+
+def _forever():
+    return True
+
+
+def _shift_one_overlap(case):
+    return any(abs(s - d) == 1 and n > 1 for s, d, n in case.copies)
+
+
+@pytest.mark.parametrize("row, minimal", [((201, 200, 37), (1, 0, 2)), ((200, 201, 37), (0, 1, 2))])
+def test_batch_reduces_to_the_hand_worked_minimum(row, minimal):
+    """A row overlapping its destination by a shift of 1 needs 2 bytes and a 3-byte arena, at byte 0."""
+    case = BatchCopyCase(arena_size=512, copies=((100, 64, 40), row, (300, 380, 9)), seed=5,
+                         perturb=(1, 500, 1, 0, 4))
+    reduced, tried = reduce_case(case, _shift_one_overlap, _forever)
+    assert reduced == BatchCopyCase(arena_size=3, copies=(minimal,), seed=5)
+    assert tried > 0
+
+
+def test_batch_rows_pack_without_losing_their_alignment_when_it_matters():
+    """A predicate that needs src % 8 == 3 gets rows moved by multiples of 8 only."""
+    case = BatchCopyCase(arena_size=1024, copies=((515, 600, 4),), seed=1)
+    reduced, _ = reduce_case(case, lambda c: c.copies[0][0] % 8 == 3, _forever)
+    # src 515 -> 3 (aligned pack), dst next to it (shift 1), one byte: arena 5
+    assert reduced == BatchCopyCase(arena_size=5, copies=((3, 4, 1),), seed=1)
+
+
+def _sd_pool(offset, num_blocks, stride=24):
+    return PoolLayout("conv_sd", offset, num_blocks, stride, 2, state_len=4, dim=3)  # data 24 bytes
+
+
+def _same_block_shift(case):
+    """Some request reads and writes one physical block with a bias: the racy shape."""
+    table = case.block_tables[0]
+    return any(table[r][s] == table[r][d] and b > 0
+               for r, (s, d, b) in enumerate(zip(case.src_cols, case.dst_cols, case.biases)))
+
+
+def test_state_copy_reduces_to_one_block_at_byte_0():
+    pools = (_sd_pool(64, 8), _sd_pool(64 + 8 * 24 + 64, 8, stride=32))
+    case = StateCopyCase(arena_size=1024, pools=pools, block_tables=(((5, 5, 2), (3, 1, 7)),), num_tiles=16,
+                         seed=9, src_cols=(0, 0), dst_cols=(1, 2), biases=(1, 2))
+    reduced, _ = reduce_case(case, _same_block_shift, _forever)
+    # request 0 alone (block 5 -> 5, bias 1), block ids renumbered (5, 5, 2) -> (1, 1, 0), the padded
+    # pool dropped, one tile, and the pool packed to byte 0: 2 blocks of 24 bytes, arena 48
+    assert reduced == StateCopyCase(arena_size=48, pools=(_sd_pool(0, 2),), block_tables=(((1, 1, 0),),),
+                                    num_tiles=1, seed=9, src_cols=(0,), dst_cols=(1,), biases=(1,))
+
+
+@pytest.mark.parametrize("needed, start, expected", [(2, 16, 2), (5, 16, 5), (9, 10, 9)])
+def test_tiles_reduce_to_the_fewest_that_still_fail(needed, start, expected):
+    """A cross-program bug over tiles: 1 tile hides it; 2, half or n - 1 are tried, not only 1."""
+    case = PostprocessCase(arena_size=64, pools=(_sd_pool(0, 2),), block_tables=(((0, 1),),), num_tiles=start,
+                           seed=0, block_size=4, num_computed=(3,), num_scheduled=(1,), num_draft=(0,),
+                           num_accepted=(1,), state_idx=(0,))
+    reduced, _ = reduce_case(case, lambda c: c.num_tiles >= needed, _forever)
+    assert reduced.num_tiles == expected
+    assert reduced.arena_size == 48  # and the arena cut to the pool's two blocks
+
+
+def drop_last_byte(src_ptrs, dst_ptrs, sizes, *, arena=None):
+    """A wrong batch copy: each row's last byte is never copied."""
+    base = arena.data_ptr()
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        if n > 1:
+            arena[d - base:d - base + n - 1].copy_(arena[s - base:s - base + n - 1].clone())
+
+
+def test_drop_last_byte_adapter_is_wrong_only_in_the_last_byte():
+    arena = torch.arange(16, dtype=torch.uint8)
+    ptr = lambda *v: torch.tensor(v, dtype=torch.int64) + arena.data_ptr()  # noqa: E731
+    drop_last_byte(ptr(0), ptr(8), torch.tensor([4]), arena=arena)
+    assert arena[8:13].tolist() == [0, 1, 2, 11, 12]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_wrong_batch_copy_shrinks_to_a_tiny_arena(seed, tmp_path):
+    """A plain Hypothesis test shrinks this bug to a 2-4 byte arena; so must the fuzz loop."""
+    target = Target(name="test.drop_last_byte", contract="batch_memcpy", kind="user", overlap="full",
+                    description="drops the last byte", fn=drop_last_byte)
+    opts = FuzzOptions(device="cpu", mode="race", max_examples=200, shrink_budget=60.0, seed=seed,
+                       database=None, crashes_dir=tmp_path, profile=strategies.CPU)
+    report = fuzz_target(target, opts)
+    assert report.finding is not None
+    case = report.finding.case
+    assert report.finding.verdict.mismatch is not None
+    assert len(case.copies) == 1 and case.arena_size <= 16, case
+
+
+def test_sizes_order_fewer_rows_before_fewer_bytes_before_layout():
+    small_rows = BatchCopyCase(arena_size=1 << 20, copies=((0, 1 << 19, 4096),))
+    more_rows = BatchCopyCase(arena_size=4, copies=((0, 1, 1), (2, 3, 1)))
+    assert small_rows.size < more_rows.size
+    fewer_bytes = BatchCopyCase(arena_size=1 << 20, copies=((0, 1 << 19, 8),))
+    assert fewer_bytes.size < small_rows.size
+    packed = dataclasses.replace(fewer_bytes, arena_size=16, copies=((0, 8, 8),))
+    assert packed.size < fewer_bytes.size
