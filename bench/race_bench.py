@@ -1,6 +1,7 @@
 """Cost of the race recorder against the plain Triton interpreter.
 
-Runs ``kernels.batch_memcpy`` (the real target) interpreted on a CPU uint8
+Runs ``kernels.batch_memcpy`` (the real target; its loops are ``while``
+loops, so every supported Triton's interpreter runs it) interpreted on a CPU uint8
 arena, on batches of ROWS copies of SIZE bytes each, once plain and once under
 ``RaceRecorder`` (regions registered as the engine does), alternating the two
 for REPS repetitions, and prints the median of each and their ratio.
@@ -9,6 +10,7 @@ for REPS repetitions, and prints the median of each and their ratio.
 """
 import argparse
 import os
+import platform
 import statistics
 import sys
 import time
@@ -17,7 +19,9 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import triton  # noqa: E402
 
 from kernels.batch_memcpy import batch_memcpy  # noqa: E402
 from mambafuzz.racecheck import RaceRecorder  # noqa: E402
@@ -67,6 +71,8 @@ def main(argv=None):
         "left overlap -16, BM-NOGUARD": make_case(R, S, -16, variant="BM-NOGUARD"),
         "left overlap -3 (byte body), guarded": make_case(R, S, -3),
     }
+    print(f"triton {triton.__version__}, torch {torch.__version__}, numpy {np.__version__}, "
+          f"python {platform.python_version()}")
     print(f"batch_memcpy, {R} rows x {S} bytes, interpreter, median of {args.reps} alternating runs")
     print(f"{'case':40s} {'plain s':>9s} {'recorded s':>11s} {'ratio':>6s}  hazards")
     tot_p = tot_r = 0.0

@@ -125,11 +125,12 @@ class StateCopyCase(_PoolCase):
     def size(self) -> int:
         """A shrink measure, ordered like the tuple (requests, states, data bytes + biases, tiles, layout).
 
-        Layout = arena size + pool offsets + block counts, plus 1 for a
-        perturbation: packed pools, a cut arena, fewer blocks or tiles are each
-        strictly smaller.
+        Layout = arena size + pool offsets + block counts + block-table
+        entries, plus 1 for a perturbation: packed pools, a cut arena, fewer
+        blocks, table columns or groups, fewer tiles are each strictly smaller.
         """
-        layout = self.arena_size + sum(p.offset + p.num_blocks for p in self.pools) + (self.perturb is not None)
+        layout = (self.arena_size + sum(p.offset + p.num_blocks for p in self.pools)
+                  + sum(len(row) for table in self.block_tables for row in table) + (self.perturb is not None))
         data = sum(p.data_bytes for p in self.pools) + sum(self.biases)
         return (len(self.src_cols) * 10**26 + len(self.pools) * 10**23 + data * 10**13
                 + self.num_tiles * 10**11 + layout)
@@ -156,7 +157,8 @@ class PostprocessCase(_PoolCase):
     @property
     def size(self) -> int:
         """Ordered like StateCopyCase.size's tuple (requests, states, data bytes, tiles, layout)."""
-        layout = self.arena_size + sum(p.offset + p.num_blocks for p in self.pools) + (self.perturb is not None)
+        layout = (self.arena_size + sum(p.offset + p.num_blocks for p in self.pools)
+                  + sum(len(row) for table in self.block_tables for row in table) + (self.perturb is not None))
         data = sum(p.data_bytes for p in self.pools)
         return (len(self.num_computed) * 10**26 + len(self.pools) * 10**23 + data * 10**13
                 + self.num_tiles * 10**11 + layout)

@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fuzz_options(args, device: str):
     import strategies
-    from .fuzz import FuzzOptions, check_database
+    from .fuzz import FuzzOptions, check_database, check_redis
 
     mode = args.mode or ("race" if device == "cpu" else "compare")
     if mode == "race" and device != "cpu":
@@ -138,7 +138,7 @@ def _fuzz_options(args, device: str):
     profile = strategies.PROFILES[args.profile or ("cpu" if device == "cpu" else "gpu")]
     database = None if str(args.database).lower() == "none" else args.database
     if database is not None:
-        check_database(database)
+        (check_redis if str(database).startswith("redis://") else check_database)(database)
     crashes_dir = args.crashes_dir
     _check_writable(crashes_dir)
     return FuzzOptions(device=device, mode=mode, reps=reps, max_examples=args.max_examples,

@@ -155,15 +155,22 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     """Materialise `case`, run `fn` `reps` times from the snapshot, judge each run.
 
     `amplifiable` says whether `fn` takes ``perturb=`` (None: ``fn.amplifiable``).
+    Raises CaseError (the case cannot be checked), Inconclusive or InternalError;
+    any other exception outside the target's own call is mambafuzz's, made an
+    InternalError here.
     """
     if mode not in MODES:
         raise ValueError(f"unknown check mode {mode!r}")
     try:
-        m = materialize(case, device)
-    except CaseError:
+        return _run_case(fn, case, device, reps, mode, amplifiable)
+    except (CaseError, Inconclusive, InternalError):
         raise
     except Exception as exc:
-        raise _ours("materialising the case", exc) from exc
+        raise _ours("running the case", exc) from exc
+
+
+def _run_case(fn, case: Case, device: str, reps: int, mode: str, amplifiable: bool | None) -> Verdict:
+    m = materialize(case, device)
     if device == "cuda" and reps > 1 and mode == "compare":
         from .gpu_reps import device_reps_enabled
         if device_reps_enabled():  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
@@ -188,10 +195,7 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
             hazards = [h for h in hazards if h.kind == "out-of-bounds"]
         verdict.hazards.extend(hazards)
         verdict.reps += 1
-        try:
-            mismatch = m.compare()
-        except Exception as exc:
-            raise _ours("comparing with the oracle", exc) from exc
+        mismatch = m.compare()
         if mismatch is not None:
             verdict.failures += 1
             verdict.mismatch = verdict.mismatch or mismatch

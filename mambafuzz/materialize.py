@@ -20,7 +20,7 @@ from kernels.perturb import Perturb
 
 from .cases import BatchCopyCase, Case, PostprocessCase, StateCopyCase
 from .errors import CaseError
-from .signature import accepts
+from .signature import accepts, by_position
 
 MAX_ARENA = 1 << 31      # largest dense arena (2 GiB)
 DENSE_LIMIT = 256 << 20  # pool arenas above this are materialised sparsely
@@ -122,7 +122,10 @@ class Materialized:
         extra = {"arena": self.arena} if accepts(fn, "arena") else {}
         if self.perturb is not None and amplifiable:
             extra["perturb"] = self.perturb
-        fn(*self.args.values(), **self.kwargs, **extra)
+        if by_position(fn, len(self.args)):
+            fn(*self.args.values(), **self.kwargs, **extra)
+        else:
+            fn(**self.args, **self.kwargs, **extra)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor a target may touch, by name (the race recorder's regions)."""

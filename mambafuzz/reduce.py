@@ -100,10 +100,11 @@ def _batch_candidates(case: BatchCopyCase) -> Iterator[BatchCopyCase]:
         if n > 1:  # fewer bytes in a row, same overlap geometry
             for smaller in sorted({1, n // 2, min(n - 1, 16), n - 1}):
                 yield dataclasses.replace(case, copies=_replace_row(copies, i, (src, dst, smaller)))
-        if abs(src - dst) > 1:  # a smaller shift: src towards dst, inside the row's own footprint
-            step = 1 if src > dst else -1
-            for src2 in sorted({dst + step, dst + (src - dst) // 2, src - step}, key=lambda x: abs(x - dst)):
-                yield dataclasses.replace(case, copies=_replace_row(copies, i, (src2, dst, n)))
+        if abs(src - dst) > 1:  # a smaller shift, inside the row's own footprint: src towards dst, or dst
+            step = 1 if src > dst else -1  # towards src (which one moves can matter for alignment)
+            for gap in sorted({1, abs(src - dst) // 2, abs(src - dst) - 1}):
+                yield dataclasses.replace(case, copies=_replace_row(copies, i, (dst + step * gap, dst, n)))
+                yield dataclasses.replace(case, copies=_replace_row(copies, i, (src, src - step * gap, n)))
         low = min(src, dst)
         for new_low in sorted({0, low % 8, (low // 2) - (low // 2 - low) % 8}):
             if 0 <= new_low < low:  # this row alone, down towards byte 0
@@ -173,6 +174,30 @@ def _dense_tables(case):
     return tuple(tables), pools
 
 
+def _without_group(case, g: int):
+    """Block table `g` (which no state uses) dropped; later groups renumbered."""
+    pools = tuple(dataclasses.replace(p, group=p.group - (p.group > g)) for p in case.pools)
+    return dataclasses.replace(case, block_tables=_without(case.block_tables, g), pools=pools)
+
+
+def _droppable_columns(case: StateCopyCase) -> list[int]:
+    """Columns no request reads or writes and, with a temporal state, none strictly between a
+    request's src_col and src_col + bias (dropping one would move what src_col + bias names)."""
+    cols = len(case.block_tables[0][0])
+    keep = set(case.src_cols) | set(case.dst_cols)
+    if any(p.kind == "temporal" for p in case.pools):
+        for s, b in zip(case.src_cols, case.biases):
+            keep |= set(range(s, s + b + 1))
+    return [c for c in reversed(range(cols)) if c not in keep]
+
+
+def _without_column(case: StateCopyCase, c: int) -> StateCopyCase:
+    """Column `c` (which no request reads or writes) dropped from every table; later columns renumbered."""
+    tables = tuple(tuple(row[:c] + row[c + 1:] for row in table) for table in case.block_tables)
+    return dataclasses.replace(case, block_tables=tables, src_cols=tuple(s - (s > c) for s in case.src_cols),
+                               dst_cols=tuple(d - (d > c) for d in case.dst_cols))
+
+
 def _tile_counts(n: int) -> list[int]:
     return sorted({1, 2, n // 2, n - 1} & set(range(1, n)))
 
@@ -187,6 +212,13 @@ def _pool_candidates(case) -> Iterator:
     if len(case.pools) > 1:
         for s in range(len(case.pools)):
             yield dataclasses.replace(case, pools=_without(case.pools, s))
+    used_groups = {p.group for p in case.pools}
+    for g in reversed(range(len(case.block_tables))):
+        if g not in used_groups and len(case.block_tables) > 1:
+            yield _without_group(case, g)
+    if isinstance(case, StateCopyCase) and case.block_tables and case.block_tables[0]:
+        for c in _droppable_columns(case):
+            yield _without_column(case, c)
     for n in _tile_counts(case.num_tiles):
         yield dataclasses.replace(case, num_tiles=n)
     # fewer blocks: ids renumbered densely, or only the unused blocks at the top dropped

@@ -78,11 +78,15 @@ def _target_for(record: crashes.CrashRecord, against: Against | None):
 
 def replay_one(record: crashes.CrashRecord, *, device: str, reps: int | None, mode: str | None,
                against=None) -> ReplayRow:
-    """Run one loaded crash file; never raises for what the file or the target does."""
+    """Run one loaded crash file; never raises for what the file or the target does.
+
+    `against` is None, an ``Against``, a spec string, or a Target object (used as it is).
+    """
+    given = against if hasattr(against, "fn") else None
     against = _as_against(against)
     name = against.spec if against is not None else record.target
     try:
-        target = _target_for(record, against)
+        target = given or _target_for(record, against)
         if target.contract != record.case.contract:
             return ReplayRow(record.path, name, COULD_NOT_RUN,
                              reason=f"target contract {target.contract} != crash contract {record.case.contract}")

@@ -389,7 +389,10 @@ class Session:
             self._merge(body)
             if kind == "report":
                 self.reports[body["target"]].finished = True
-                self._finish_target(w, body["target"])
+                if body.get("interrupted"):  # stopped part-way: the next run resumes it
+                    w.current_target = w.current_case = None
+                else:
+                    self._finish_target(w, body["target"])
             self.on_update(self.reports)
 
 

@@ -2,8 +2,9 @@
 
 A user's function that does not fit its contract must be a usage error (exit
 2, naming the expected signature), never a finding against the kernel.  The
-contract's arguments are passed positionally, its options by keyword;
-``arena=`` only to a function that accepts it.
+contract's arguments are passed positionally (by name to a function that
+takes only ``**kwargs``), its options by keyword; ``arena=`` only to a
+function that accepts it.
 """
 from __future__ import annotations
 
@@ -48,14 +49,28 @@ def accepts(fn, keyword: str) -> bool:
     return False
 
 
+def by_position(fn, count: int) -> bool:
+    """Whether `fn` takes the contract's `count` arguments positionally (else by name, into **kwargs)."""
+    sig = _signature(fn)
+    if sig is None:
+        return True
+    kinds = [p.kind for p in sig.parameters.values()]
+    positional = sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds)
+    return positional >= count or inspect.Parameter.VAR_POSITIONAL in kinds
+
+
 def check(fn, contract: str, name: str) -> None:
     """UsageError (one line) when `fn` cannot be called the way `contract` calls it."""
     sig = _signature(fn)
     if sig is None:
         return
     positional, options = SIGNATURES[contract]
+    extra = {"arena": "arena"} if accepts(fn, "arena") else {}
     try:
-        sig.bind(*positional, **{o: o for o in options})
+        if by_position(fn, len(positional)):
+            sig.bind(*positional, **{o: o for o in options}, **extra)
+        else:
+            sig.bind(**{a: a for a in positional}, **{o: o for o in options}, **extra)
     except TypeError as exc:
         raise UsageError(f"target {name}: {getattr(fn, '__name__', 'fn')}{sig} does not fit the {contract} contract "
                          f"({exc}); expected {expected(contract)}") from None

@@ -30,16 +30,18 @@ def _wide_shape(draw, profile: Profile, kind: str, elem: int) -> tuple[dict, int
 
     SD: ``state_len * dim * elem`` in (1 KiB, wide_bytes], with at least 4
     tokens so that a same-block shift by a small bias still overlaps.  DS: each
-    row (1 KiB, wide_row_bytes] with 8- or 4-byte elements (fewer tokens: the
-    interpreter walks DS rows token by token), one to three rows.  Temporal:
-    one axis of (1 KiB, wide_bytes] bytes.
+    row (1 KiB, wide_row_bytes], half the time at most about 2 KiB, with 8-byte
+    elements (the fewest tokens: the project's DS kernel walks a row token by
+    token, about a millisecond each in the interpreter), one to three rows.
+    Temporal: one axis of (1 KiB, wide_bytes] bytes.
     """
     if kind == "temporal":
         n = draw(st.integers(TILE // elem + 1, profile.wide_bytes // elem))
         return {"inner": (n,)}, n * elem
     if kind == "conv_ds":
-        elem = max(elem, 4)
-        state_len = draw(st.integers(TILE // elem + 1, profile.wide_row_bytes // elem))
+        elem = 8
+        lo, hi = TILE // elem + 1, profile.wide_row_bytes // elem
+        state_len = draw(st.one_of(st.integers(lo, min(hi, 2 * lo)), st.integers(lo, hi)))
         dim = draw(st.integers(1, 3))
         row_stride = (state_len + draw(st.sampled_from([0, 1, 3]))) * elem
         return {"state_len": state_len, "dim": dim, "row_stride": row_stride, "elem_size": elem}, dim * row_stride

@@ -51,7 +51,7 @@ def draw_wide(draw, profile: Profile) -> bool:
 
 
 CPU = Profile("cpu", max_rows=6, max_copy_bytes=2200, copy_block=1024, max_requests=3, max_cols=6,
-              max_dim=9, max_inner=6, max_tiles=16, wide_one_in=8, wide_bytes=12 * 1024 + 40,
+              max_dim=9, max_inner=6, max_tiles=16, wide_one_in=10, wide_bytes=12 * 1024 + 40,
               wide_row_bytes=4 * 1024 + 40)
 GPU = Profile("gpu", max_rows=256, max_copy_bytes=40_000, copy_block=1024, max_requests=16, max_cols=8,
               max_dim=300, max_inner=64, max_tiles=16, max_state_len=1024)

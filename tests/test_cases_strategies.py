@@ -56,7 +56,7 @@ def test_left_only_targets_never_get_right_overlaps(case):
 
 
 def test_strategies_reach_the_shapes_bugs_hide_in():
-    """Over a fixed number of draws, each bug-relevant feature shows up."""
+    """Over a fixed number of draws (CPU profile), each bug-relevant feature shows up."""
     seen = set()
 
     @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -72,6 +72,8 @@ def test_strategies_reach_the_shapes_bugs_hide_in():
                     seen.add("misaligned")
                 if n % 8:
                     seen.add("tail")
+                if n > 4096 and (dst < src < dst + n or src < dst < src + n):
+                    seen.add("overlap over 4 KiB tiles")
         else:
             tables = np.asarray(case.block_tables)
             for pool in case.pools:
@@ -82,11 +84,19 @@ def test_strategies_reach_the_shapes_bugs_hide_in():
                 for r, (s, d, b) in enumerate(zip(case.src_cols, case.dst_cols, case.biases)):
                     if pool.is_conv and bt[r, s] == bt[r, d] and 0 < b < pool.state_len:
                         seen.add(f"same-block {pool.kind}")
+                        span = (pool.state_len - b) * pool.token_bytes  # per row for DS
+                        if span > 1024 and b * pool.token_bytes < span:  # overlapping, over 2+ 1 KiB tiles
+                            seen.add(f"same-block {pool.kind} over tiles")
+                if pool.kind == "temporal" and pool.data_bytes > 2 * 1024 and 1 < case.num_tiles < 16:
+                    seen.add("temporal over tiles, some tiles")
             if case.num_tiles > 1:
                 seen.add("tiles")
     collect()
     want = {"left", "right", "misaligned", "tail", "conv_sd", "conv_ds", "temporal", "padded",
-            "same-block conv_sd", "same-block conv_ds", "tiles"}
+            "same-block conv_sd", "same-block conv_ds", "tiles",
+            # engine kernels work in 1-4 KiB tiles: their tile-edge bugs need spans of several
+            "overlap over 4 KiB tiles", "same-block conv_sd over tiles", "same-block conv_ds over tiles",
+            "temporal over tiles, some tiles"}
     assert want <= seen, want - seen
 
 

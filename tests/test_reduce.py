@@ -77,10 +77,12 @@ def test_state_copy_reduces_to_one_block_at_byte_0():
     case = StateCopyCase(arena_size=1024, pools=pools, block_tables=(((5, 5, 2), (3, 1, 7)),), num_tiles=16,
                          seed=9, src_cols=(0, 0), dst_cols=(1, 2), biases=(1, 2))
     reduced, _ = reduce_case(case, _same_block_shift, _forever)
-    # request 0 alone (block 5 -> 5, bias 1), block ids renumbered (5, 5, 2) -> (1, 1, 0), the padded
-    # pool dropped, one tile, and the pool packed to byte 0: 2 blocks of 24 bytes, arena 48
-    assert reduced == StateCopyCase(arena_size=48, pools=(_sd_pool(0, 2),), block_tables=(((1, 1, 0),),),
-                                    num_tiles=1, seed=9, src_cols=(0,), dst_cols=(1,), biases=(1,))
+    # request 0 alone (block 5 -> 5, bias 1), the first pool dropped (the first state removal tried),
+    # unused column 2 dropped, one tile, block ids renumbered (5, 5) -> (0, 0), and the padded pool
+    # packed to byte 0: one block, the arena cut after its padding (checked for clobbers): 32
+    assert reduced == StateCopyCase(arena_size=32, pools=(_sd_pool(0, 1, stride=32),),
+                                    block_tables=(((0, 0),),), num_tiles=1, seed=9, src_cols=(0,),
+                                    dst_cols=(1,), biases=(1,))
 
 
 @pytest.mark.parametrize("needed, start, expected", [(2, 16, 2), (5, 16, 5), (9, 10, 9)])
@@ -102,25 +104,44 @@ def drop_last_byte(src_ptrs, dst_ptrs, sizes, *, arena=None):
             arena[d - base:d - base + n - 1].copy_(arena[s - base:s - base + n - 1].clone())
 
 
-def test_drop_last_byte_adapter_is_wrong_only_in_the_last_byte():
-    arena = torch.arange(16, dtype=torch.uint8)
+def drop_last_byte_of_long_rows(src_ptrs, dst_ptrs, sizes, *, arena=None):
+    """A wrong batch copy that the first, simplest draws miss: rows over 16 bytes lose their last byte."""
+    base = arena.data_ptr()
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        m = n - 1 if n > 16 else n
+        if m > 0:
+            arena[d - base:d - base + m].copy_(arena[s - base:s - base + m].clone())
+
+
+@pytest.mark.parametrize("fn", [drop_last_byte, drop_last_byte_of_long_rows])
+def test_wrong_adapters_are_wrong_only_in_the_last_byte(fn):
+    arena = torch.arange(64, dtype=torch.uint8)
     ptr = lambda *v: torch.tensor(v, dtype=torch.int64) + arena.data_ptr()  # noqa: E731
-    drop_last_byte(ptr(0), ptr(8), torch.tensor([4]), arena=arena)
-    assert arena[8:13].tolist() == [0, 1, 2, 11, 12]
+    fn(ptr(0, 40), ptr(8, 20), torch.tensor([4, 17]), arena=arena)
+    assert arena[8:13].tolist() == ([0, 1, 2, 11, 12] if fn is drop_last_byte else [0, 1, 2, 3, 12])
+    assert arena[20:38].tolist() == list(range(40, 56)) + [36, 37]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_wrong_batch_copy_shrinks_to_a_tiny_arena(seed, tmp_path):
-    """A plain Hypothesis test shrinks this bug to a 2-4 byte arena; so must the fuzz loop."""
-    target = Target(name="test.drop_last_byte", contract="batch_memcpy", kind="user", overlap="full",
-                    description="drops the last byte", fn=drop_last_byte)
+@pytest.mark.parametrize("fn, max_arena, row_bytes", [(drop_last_byte, 16, None),
+                                                      (drop_last_byte_of_long_rows, 24, 17)])
+def test_wrong_batch_copy_shrinks_to_a_tiny_arena(seed, fn, max_arena, row_bytes, tmp_path):
+    """A plain Hypothesis test shrinks these bugs to arenas of a few bytes; so must the fuzz loop.
+
+    Hand-worked minima: one row of 1 byte next to its destination (arena 2);
+    for the long-row bug one row of 17 bytes shifted by 1 (arena 18).
+    """
+    target = Target(name=f"test.{fn.__name__}", contract="batch_memcpy", kind="user", overlap="full",
+                    description=fn.__doc__, fn=fn)
     opts = FuzzOptions(device="cpu", mode="race", max_examples=200, shrink_budget=60.0, seed=seed,
                        database=None, crashes_dir=tmp_path, profile=strategies.CPU)
     report = fuzz_target(target, opts)
     assert report.finding is not None
     case = report.finding.case
     assert report.finding.verdict.mismatch is not None
-    assert len(case.copies) == 1 and case.arena_size <= 16, case
+    assert len(case.copies) == 1 and case.arena_size <= max_arena, case
+    if row_bytes is not None:
+        assert case.copies[0][2] == row_bytes, case
 
 
 def test_sizes_order_fewer_rows_before_fewer_bytes_before_layout():
