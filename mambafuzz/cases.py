@@ -76,17 +76,18 @@ class BatchCopyCase(_CaseBase):
     perturb: tuple[int, int, int, int, int] | None = None
 
     @property
-    def size(self) -> int:
-        """A shrink measure, ordered like the tuple (rows, bytes moved, layout).
+    def size(self) -> tuple:
+        """A shrink measure, compared as the tuple (rows, bytes moved, layout, data seed not 0).
 
         Layout = 2 x each row's |src - dst| + its lower offset, plus the arena
         size, plus 1 for a perturbation: a smaller shift, a row moved towards
-        byte 0, a smaller arena and no perturbation are each strictly smaller.
+        byte 0, a smaller arena and no perturbation are each strictly smaller;
+        the fill seed 0 is the canonical tie-break.
         """
         moved = sum(n for _, _, n in self.copies)
         layout = sum(2 * abs(s - d) + min(s, d) for s, d, _ in self.copies)
         layout += self.arena_size + (self.perturb is not None)
-        return len(self.copies) * 10**26 + moved * 10**13 + layout
+        return (len(self.copies), moved, layout, self.seed != 0)
 
     def describe(self) -> str:
         rows = ", ".join(f"{s}->{d} ({n} B)" for s, d, n in self.copies[:4])
@@ -122,8 +123,9 @@ class StateCopyCase(_PoolCase):
     perturb: tuple[int, int, int, int, int] | None = None
 
     @property
-    def size(self) -> int:
-        """A shrink measure, ordered like the tuple (requests, states, data bytes + biases, tiles, layout).
+    def size(self) -> tuple:
+        """A shrink measure, compared as the tuple (requests, states, data bytes + biases, tiles, layout,
+        data seed not 0).
 
         Layout = arena size + pool offsets + block counts + block-table
         entries, plus 1 for a perturbation: packed pools, a cut arena, fewer
@@ -132,8 +134,7 @@ class StateCopyCase(_PoolCase):
         layout = (self.arena_size + sum(p.offset + p.num_blocks for p in self.pools)
                   + sum(len(row) for table in self.block_tables for row in table) + (self.perturb is not None))
         data = sum(p.data_bytes for p in self.pools) + sum(self.biases)
-        return (len(self.src_cols) * 10**26 + len(self.pools) * 10**23 + data * 10**13
-                + self.num_tiles * 10**11 + layout)
+        return (len(self.src_cols), len(self.pools), data, self.num_tiles, layout, self.seed != 0)
 
     def describe(self) -> str:
         reqs = ", ".join(f"r{i}: col {s}->{d} bias {b}" for i, (s, d, b) in
@@ -155,13 +156,12 @@ class PostprocessCase(_PoolCase):
     perturb: tuple[int, int, int, int, int] | None = None
 
     @property
-    def size(self) -> int:
-        """Ordered like StateCopyCase.size's tuple (requests, states, data bytes, tiles, layout)."""
+    def size(self) -> tuple:
+        """Like StateCopyCase.size: (requests, states, data bytes, tiles, layout, data seed not 0)."""
         layout = (self.arena_size + sum(p.offset + p.num_blocks for p in self.pools)
                   + sum(len(row) for table in self.block_tables for row in table) + (self.perturb is not None))
         data = sum(p.data_bytes for p in self.pools)
-        return (len(self.num_computed) * 10**26 + len(self.pools) * 10**23 + data * 10**13
-                + self.num_tiles * 10**11 + layout)
+        return (len(self.num_computed), len(self.pools), data, self.num_tiles, layout, self.seed != 0)
 
     def describe(self) -> str:
         reqs = ", ".join(

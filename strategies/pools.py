@@ -73,7 +73,7 @@ def pool_shapes(draw, profile: Profile, group: int) -> dict:
         if profile.max_state_len > 8:
             state_len = draw(st.one_of(st.integers(1, 8), st.integers(9, profile.max_state_len)))
         else:
-            state_len = draw(st.integers(1, 8))  # (the CPU profile draws exactly as it always did)
+            state_len = draw(st.integers(1, 8))  # the CPU profile: short windows (wide ones come above)
         dim = draw(st.integers(1, profile.max_dim if state_len <= 8 else 32))
         shape.update(state_len=state_len, dim=dim)
         if kind == "conv_ds":

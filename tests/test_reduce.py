@@ -49,7 +49,7 @@ def test_batch_reduces_to_the_hand_worked_minimum(row, minimal):
     case = BatchCopyCase(arena_size=512, copies=((100, 64, 40), row, (300, 380, 9)), seed=5,
                          perturb=(1, 500, 1, 0, 4))
     reduced, tried = reduce_case(case, _shift_one_overlap, _forever)
-    assert reduced == BatchCopyCase(arena_size=3, copies=(minimal,), seed=5)
+    assert reduced == BatchCopyCase(arena_size=3, copies=(minimal,), seed=0)  # data does not matter here
     assert tried > 0
 
 
@@ -58,7 +58,7 @@ def test_batch_rows_pack_without_losing_their_alignment_when_it_matters():
     case = BatchCopyCase(arena_size=1024, copies=((515, 600, 4),), seed=1)
     reduced, _ = reduce_case(case, lambda c: c.copies[0][0] % 8 == 3, _forever)
     # src 515 -> 3 (aligned pack), dst next to it (shift 1), one byte: arena 5
-    assert reduced == BatchCopyCase(arena_size=5, copies=((3, 4, 1),), seed=1)
+    assert reduced == BatchCopyCase(arena_size=5, copies=((3, 4, 1),), seed=0)
 
 
 def _sd_pool(offset, num_blocks, stride=24):
@@ -81,7 +81,7 @@ def test_state_copy_reduces_to_one_block_at_byte_0():
     # unused column 2 dropped, one tile, block ids renumbered (5, 5) -> (0, 0), and the padded pool
     # packed to byte 0: one block, the arena cut after its padding (checked for clobbers): 32
     assert reduced == StateCopyCase(arena_size=32, pools=(_sd_pool(0, 1, stride=32),),
-                                    block_tables=(((0, 0),),), num_tiles=1, seed=9, src_cols=(0,),
+                                    block_tables=(((0, 0),),), num_tiles=1, seed=0, src_cols=(0,),
                                     dst_cols=(1,), biases=(1,))
 
 

@@ -8,16 +8,13 @@ the installed Triton and the first release that can.
 """
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from common import mf
 
-ROOT = Path(__file__).resolve().parents[1]
 TARGET = "tests.style_kernels.batch"
 CLEAN_EXAMPLES = 12
 BUGGY_EXAMPLES = 60  # an upper bound: a run stops at its first finding
@@ -31,13 +28,6 @@ KERNELS = [
     ("forward_on_right_overlap", "full", "mismatch"),
     ("tail_dropped", "full", "mismatch"),
 ]
-
-
-def mf(*args, cwd, timeout=300):
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", "COLUMNS": "200"}
-    env.pop("TRITON_INTERPRET", None)  # the CLI chooses the mode itself
-    return subprocess.run([sys.executable, "-m", "mambafuzz.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @triton.jit
