@@ -68,12 +68,12 @@ TINY = {  # one launch each, to compile a (kernel, perturbation) pair
 def pname(p) -> str:
     if p is None:
         return "none (4 warps)"
-    from kernels.perturb import Perturb
+    from mambafuzz.kernels.perturb import Perturb
     return Perturb.from_tuple(p).describe()
 
 
 def targets_for(contract: str, names) -> list[str]:
-    from kernels import registry
+    from mambafuzz.kernels import registry
     return [n for n in names if registry.get(n).contract == contract]
 
 
@@ -86,7 +86,7 @@ def warm_pairs(grid, names) -> list[tuple[str, object]]:
 
 def warm(shard: int, jobs: int, grid, names) -> int:
     """Worker: launch every `jobs`-th pair once on a tiny case (fills the on-disk cache)."""
-    from kernels import registry
+    from mambafuzz.kernels import registry
     from mambafuzz.materialize import materialize
 
     for i, (name, p) in enumerate(warm_pairs(grid, names)):
@@ -124,7 +124,7 @@ class Cell:
     def __init__(self, name: str, label: str, make):
         import torch
 
-        from kernels import registry
+        from mambafuzz.kernels import registry
         from mambafuzz.materialize import materialize
 
         self.name, self.label = name, label
@@ -143,7 +143,7 @@ class Cell:
         return good
 
     def measure(self, p, reps: int) -> dict:
-        from kernels.perturb import Perturb
+        from mambafuzz.kernels.perturb import Perturb
 
         self.m.perturb = Perturb.from_tuple(p) if p is not None else None
         self.m.restore()
@@ -258,7 +258,7 @@ def main() -> int:
 
     rows, skipped = [], []
     for name in names:
-        from kernels import registry
+        from mambafuzz.kernels import registry
         contract = registry.get(name).contract
         for label, (c, make) in GEOMETRIES.items():
             if c != contract:

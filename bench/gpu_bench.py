@@ -88,8 +88,8 @@ def main(argv=None) -> int:
     args = _args(argv)
     torch = require_compiled_gpu("gpu_bench", force_compiled=True)
 
-    import kernels
-    from kernels import registry
+    from mambafuzz import kernels
+    from mambafuzz.kernels import registry
     from mambafuzz import gpu_reps
     from mambafuzz.cases import BatchCopyCase
     from mambafuzz.materialize import materialize

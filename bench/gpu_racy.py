@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 os.environ["TRITON_INTERPRET"] = "0"
 
 from mambafuzz.cases import BatchCopyCase, PostprocessCase, StateCopyCase  # noqa: E402
-from oracle import PoolLayout  # noqa: E402
+from mambafuzz.oracle import PoolLayout  # noqa: E402
 
 
 def batch_rows(rows: int, size: int, shift: int) -> BatchCopyCase:
@@ -95,7 +95,7 @@ OWN_PROCESS = ("zoo.MISALIGN", "zoo.ADDR-I32")
 
 
 def measure(names, reps: int, geometries=None) -> list[tuple[str, str, str]]:
-    from kernels import registry
+    from mambafuzz.kernels import registry
     from mambafuzz.engine import run_case
 
     rows = []

@@ -50,11 +50,11 @@ def main(argv=None) -> int:
     torch = require_compiled_gpu("kernel_bench")
     import numpy as np
 
-    import kernels
-    import oracle
-    from kernels.batch_memcpy import batch_memcpy
-    from kernels.state_copy import state_copy
-    from kernels.torch_path import state_copy as torch_state_copy
+    from mambafuzz import kernels
+    from mambafuzz import oracle
+    from mambafuzz.kernels.batch_memcpy import batch_memcpy
+    from mambafuzz.kernels.state_copy import state_copy
+    from mambafuzz.kernels.torch_path import state_copy as torch_state_copy
 
     assert not kernels.INTERPRETED
     dev = torch.device("cuda")

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import oracle  # noqa: E402
+from mambafuzz import oracle  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 

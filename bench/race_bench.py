@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from kernels.batch_memcpy import batch_memcpy  # noqa: E402
+from mambafuzz.kernels.batch_memcpy import batch_memcpy  # noqa: E402
 from mambafuzz.racecheck import RaceRecorder  # noqa: E402
 
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 KERNEL, INTERPRETER, MAMBAFUZZ = "kernel", "interpreter", "mambafuzz"
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_HERE)
-# Project code that is engine, not kernel: an exception raised there is ours.
-_OWN_DIRS = tuple(os.path.join(_ROOT, d) + os.sep for d in ("mambafuzz", "oracle", "strategies"))
-_OWN_FILES = (os.path.join(_ROOT, "kernels", "check.py"),)  # the GPU check-and-restore kernel is ours too
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The project's own kernels (the ones under test, zoo included) count as kernel code; the rest of
+# the package, and the GPU check-and-restore kernel, is engine: an exception raised there is ours.
+_KERNELS = os.path.join(_HERE, "kernels") + os.sep
+_OWN_FILES = (os.path.join(_KERNELS, "check.py"),)
 _LIBRARIES = ("triton", "torch", "numpy", "hypothesis")
 _ASSERT_FUNCS = {"create_assert": "tl.device_assert", "create_assume": "tl.assume"}
 
@@ -51,7 +51,7 @@ def _frame_owner(filename: str) -> str:
     for name, d in _LIB_DIRS.items():
         if path.startswith(d):
             return name
-    if path.startswith(_OWN_DIRS) or path in _OWN_FILES:
+    if path in _OWN_FILES or (path.startswith(_HERE) and not path.startswith(_KERNELS)):
         return "mambafuzz"
     if path.startswith(os.path.dirname(os.__file__) + os.sep) or filename.startswith("<"):
         return "stdlib"

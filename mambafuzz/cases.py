@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from oracle import PoolLayout
+from mambafuzz.oracle import PoolLayout
 
 from .errors import CaseError
 

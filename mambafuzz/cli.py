@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fuzz_options(args, device: str):
-    import strategies
+    from mambafuzz import strategies
     from .fuzz import FuzzOptions, check_database, check_redis
 
     mode = args.mode or ("race" if device == "cpu" else "compare")
@@ -173,7 +173,7 @@ def _report_table(reports, title: str) -> Table:
 def _details(reports, device: str) -> list[str]:
     """Plain lines (never wrapped by us): each finding with its case, file and replay command; why each
     inconclusive target is so."""
-    from .crashes import replay_command
+    from .findings import replay_command
 
     lines = []
     for r in reports:
@@ -275,7 +275,7 @@ def _print_reports(reports, title: str, device: str) -> None:
 
 
 def cmd_list(args) -> int:
-    from kernels import registry
+    from mambafuzz.kernels import registry
 
     targets = registry.all_targets()
     if args.json:
@@ -303,7 +303,7 @@ def _check_signatures(targets) -> None:
 
 def cmd_fuzz(args, *, smoke: bool = False) -> int:
     device = device_mod.select(args.device)
-    from kernels import registry
+    from mambafuzz.kernels import registry
     from .targets import resolve
 
     if smoke:
@@ -335,7 +335,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
 def cmd_zoo(args) -> int:
     """Every zoo variant must be caught: exit 1 if one escapes (ran clean), 3 if one could not be checked."""
     device = device_mod.select(args.device)
-    from kernels import registry
+    from mambafuzz.kernels import registry
     from .targets import resolve
 
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
@@ -398,12 +398,12 @@ def cmd_replay(args) -> int:
     inconclusive; else 0.  With --json stdout is always one JSON list of rows,
     also when the whole command fails (then each file's row says why).
     """
-    from . import crashes
+    from . import findings
     from .replay import COULD_NOT_RUN, Against, ReplayRow, exit_code, replay
 
     files: list[Path] = []
     try:
-        files = crashes.crash_files(args.paths)  # validates paths before choosing a device
+        files = findings.crash_files(args.paths)  # validates paths before choosing a device
         if not files:
             raise UsageError(f"no crash files under {', '.join(map(str, args.paths))}")
         if (args.contract or args.overlap) and ":" not in (args.against or ""):

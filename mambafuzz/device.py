@@ -15,7 +15,7 @@ from .errors import UsageError
 DEVICES = ("cpu", "cuda", "auto")
 # What the process was started with; select() sets TRITON_INTERPRET itself afterwards.
 _INHERITED = os.environ.get("TRITON_INTERPRET")
-_KERNEL_MODULES = ("kernels.copy", "kernels.batch_memcpy", "kernels.state_copy", "kernels.postprocess")
+_KERNEL_MODULES = tuple(f"mambafuzz.kernels.{m}" for m in ("copy", "batch_memcpy", "state_copy", "postprocess"))
 
 
 def _cuda_available() -> bool:
@@ -34,7 +34,7 @@ def kernels_loaded_interpreted() -> bool | None:
     """
     if not any(m in sys.modules for m in _KERNEL_MODULES):
         return None
-    from kernels import copy
+    from mambafuzz.kernels import copy
     return not bool(copy._COMPILED)
 
 

@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
-import strategies
+from mambafuzz import strategies
 
-from . import crashes, interrupt
+from . import findings, interrupt
 from .cases import Case
 from .engine import Verdict, run_case
 from .errors import CaseError, Inconclusive, InternalError, UsageError
@@ -64,7 +64,7 @@ class TargetReport:
     reps: int = 0
     failed_reps: int = 0
     seconds: float = 0.0
-    finding: crashes.Finding | None = None
+    finding: findings.Finding | None = None
     written: bool = False
     stop: str = "not-run"          # one of STOPS
     detail: str | None = None      # one line: why inconclusive, internal error or not run
@@ -187,7 +187,7 @@ class _Best:
     """The smallest failing case so far, on disk from the moment it is seen."""
 
     def __init__(self, target, opts: FuzzOptions, report: TargetReport, start: float,
-                 on_finding: Callable[[crashes.Finding], None] | None):
+                 on_finding: Callable[[findings.Finding], None] | None):
         self.target, self.opts, self.report, self.start = target, opts, report, start
         self.on_finding = on_finding
         self.case: Case | None = None
@@ -221,7 +221,7 @@ class _Best:
         if self.opts.crashes_dir is None:
             return
         old = self.own_path
-        path, written = crashes.save(finding, self.opts.crashes_dir)
+        path, written = findings.save(finding, self.opts.crashes_dir)
         self.path = path
         if old is not None and old != path:
             old.unlink(missing_ok=True)  # the smaller case is on disk now
@@ -233,8 +233,8 @@ class _Best:
         if self.on_finding is not None:
             self.on_finding(finding)
 
-    def finding(self) -> crashes.Finding:
-        return crashes.Finding(
+    def finding(self) -> findings.Finding:
+        return findings.Finding(
             target=self.target.name, contract=self.target.contract, device=self.opts.device, mode=self.opts.mode,
             case=self.case, verdict=self.verdict, examples_to_first=self.first_examples,
             seconds_to_first=self.first_at - self.start, shrink_examples=self.shrinks, path=self.path)
@@ -274,7 +274,7 @@ def _end_time(opts: FuzzOptions, start: float) -> float | None:
 
 def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], None] | None = None,
                 before_case: Callable[[Case], None] | None = None,
-                on_finding: Callable[[crashes.Finding], None] | None = None) -> TargetReport:
+                on_finding: Callable[[findings.Finding], None] | None = None) -> TargetReport:
     """Fuzz one target until a finding, the example count, the time budget or a stop signal."""
     report = TargetReport(target.name, target.contract, min_examples=min(opts.min_examples, opts.max_examples))
     start = time.monotonic()

@@ -193,7 +193,7 @@ class _Buffers:
                        .to(dev))
             if aux["aux_expected"].numel() != acc.numel():
                 raise ValueError("expected accepted counts and num_accepted differ in length")
-        from kernels.check import CheckRestore
+        from mambafuzz.kernels.check import CheckRestore
 
         if m._positions is None:
             expected = torch.from_numpy(np.ascontiguousarray(m.expected)).to(dev)

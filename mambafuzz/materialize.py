@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-import oracle
-from kernels import META_COLS
-from kernels.perturb import Perturb
+from mambafuzz import oracle
+from mambafuzz.kernels import META_COLS
+from mambafuzz.kernels.perturb import Perturb
 
 from .cases import BatchCopyCase, Case, PostprocessCase, StateCopyCase
 from .errors import CaseError

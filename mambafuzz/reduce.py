@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-import oracle
+from mambafuzz import oracle
 
 from .cases import BatchCopyCase, Case, PostprocessCase, StateCopyCase
 from .materialize import GUARD

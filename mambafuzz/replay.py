@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import crashes
+from . import findings
 from .engine import Verdict, run_case
 from .errors import Inconclusive, InternalError, UsageError
 
@@ -59,7 +59,7 @@ def _as_against(against) -> Against | None:
     return Against(against.name, against.contract, against.overlap)  # a registry Target
 
 
-def _target_for(record: crashes.CrashRecord, against: Against | None):
+def _target_for(record: findings.CrashRecord, against: Against | None):
     from .targets import resolve_one
 
     from .signature import check
@@ -76,7 +76,7 @@ def _target_for(record: crashes.CrashRecord, against: Against | None):
     return target
 
 
-def replay_one(record: crashes.CrashRecord, *, device: str, reps: int | None, mode: str | None,
+def replay_one(record: findings.CrashRecord, *, device: str, reps: int | None, mode: str | None,
                against=None) -> ReplayRow:
     """Run one loaded crash file; never raises for what the file or the target does.
 
@@ -107,7 +107,7 @@ def _child(path, device, reps, mode, against, conn) -> None:
 
     try:
         device_mod.select(device)
-        row = replay_one(crashes.load(path), device=device, reps=reps, mode=mode, against=against)
+        row = replay_one(findings.load(path), device=device, reps=reps, mode=mode, against=against)
     except Exception as exc:  # noqa: BLE001 - answer with a row; dying would read as a crash finding
         conn.send((str(path), COULD_NOT_RUN if isinstance(exc, UsageError) else INCONCLUSIVE, str(exc), None))
         return
@@ -116,7 +116,7 @@ def _child(path, device, reps, mode, against, conn) -> None:
                None if v is None else (v.kind, v.summary(), v.failures, v.reps)))
 
 
-def replay_isolated(record: crashes.CrashRecord, *, device: str, reps: int | None, mode: str | None,
+def replay_isolated(record: findings.CrashRecord, *, device: str, reps: int | None, mode: str | None,
                     against=None, timeout: float = 120.0) -> ReplayRow:
     """A crash or hang finding is replayed in a child process: it may kill or stall its process again."""
     import multiprocessing as mp
@@ -153,10 +153,10 @@ def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str
     if mode is None and device != "cpu":
         mode = "compare"  # the race recorder is the interpreter's
     rows = []
-    for path in crashes.crash_files(paths):
+    for path in findings.crash_files(paths):
         try:
-            record = crashes.load(path)
-        except crashes.CrashFileError as exc:
+            record = findings.load(path)
+        except findings.CrashFileError as exc:
             rows.append(ReplayRow(path, "?", COULD_NOT_RUN, reason=str(exc)))
             continue
         if record.body["verdict"].get("kind") == "fault" or device == "cuda":

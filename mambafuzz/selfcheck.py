@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import oracle
+from mambafuzz import oracle
 
 
 def _checks():

@@ -24,9 +24,9 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from . import crashes, interrupt
+from . import findings, interrupt
 from .cases import case_from_json
-from .crashes import Finding, atomic_write_json
+from .findings import Finding, atomic_write_json
 from .errors import UsageError
 from .fuzz import TargetReport
 
@@ -74,7 +74,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
 
     device_mod.select(spec.device)
     interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
-    import strategies
+    from mambafuzz import strategies
     from .fuzz import FuzzOptions, fuzz_target
     from .targets import resolve
 
@@ -271,7 +271,7 @@ class Session:
         crashes_dir = self.sopts.options.get("crashes_dir")
         written = False
         if crashes_dir is not None:
-            _, written = crashes.save(finding, Path(crashes_dir))
+            _, written = findings.save(finding, Path(crashes_dir))
         finding.verdict = VerdictInfo(kind, why, 1, 1)
         self._merge({"target": name, "contract": case.contract, "_worker": f"dead-{live.spec.index}"})
         rep = self.reports[name]

@@ -19,7 +19,7 @@ from .errors import UsageError
 
 
 def _registry():
-    from kernels import registry  # imported late: the device must be chosen first
+    from mambafuzz.kernels import registry  # imported late: the device must be chosen first
     return registry
 
 
@@ -75,7 +75,7 @@ def user_info(name: str) -> dict | None:
     """What a crash file records about target `name`: overlap and, for a user target, its import folder."""
     if name in _USER_INFO:
         return dict(_USER_INFO[name])
-    registry = sys.modules.get("kernels.registry")
+    registry = sys.modules.get("mambafuzz.kernels.registry")
     target = getattr(registry, "TARGETS", {}).get(name) if registry is not None else None
     return {"overlap": target.overlap} if target is not None else None
 

@@ -25,17 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import kernels  # noqa: E402
-import strategies  # noqa: E402
-from kernels import registry  # noqa: E402
-from kernels.perturb import NO_DELAY, Perturb, launch_args  # noqa: E402
+from mambafuzz import kernels  # noqa: E402
+from mambafuzz import strategies  # noqa: E402
+from mambafuzz.kernels import registry  # noqa: E402
+from mambafuzz.kernels.perturb import NO_DELAY, Perturb, launch_args  # noqa: E402
 from mambafuzz.cases import (BatchCopyCase, PostprocessCase, StateCopyCase,  # noqa: E402
                              case_from_json)
 from mambafuzz.engine import run_case  # noqa: E402
 from mambafuzz.errors import CaseError  # noqa: E402
 from mambafuzz.materialize import materialize  # noqa: E402
 from mambafuzz.reduce import candidates  # noqa: E402
-from oracle import PoolLayout  # noqa: E402
+from mambafuzz.oracle import PoolLayout  # noqa: E402
 from test_kernels import compile_for_sm90  # noqa: E402  (the sm_90 compile helper)
 
 INTERP = kernels.INTERPRETED
@@ -286,7 +286,7 @@ def test_race_recorder_still_flags_racy_variants_when_perturbed(name, case):
 def test_launchers_take_a_perturb_directly():
     import torch
 
-    from kernels.batch_memcpy import batch_memcpy
+    from mambafuzz.kernels.batch_memcpy import batch_memcpy
     arena = torch.arange(256, dtype=torch.uint8).repeat(16)
     snap = arena.clone()
     base = arena.data_ptr()

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import oracle
-import strategies
+from mambafuzz import oracle
+from mambafuzz import strategies
 from mambafuzz.cases import BatchCopyCase, StateCopyCase, case_from_json
 from mambafuzz.errors import CaseError
 from mambafuzz.materialize import fill_bytes, materialize

@@ -104,7 +104,7 @@ def test_user_kernel_adapter(tmp_path):
 
 def test_state_copy_user_adapter_gets_the_documented_arguments(tmp_path):
     (tmp_path / "userstate.py").write_text(textwrap.dedent('''
-        from kernels import registry
+        from mambafuzz.kernels import registry
         SEEN = []
         def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles, arena):
             """Delegates to the torch path after checking the documented argument shapes."""

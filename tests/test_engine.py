@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from kernels import registry
-from mambafuzz import crashes
+from mambafuzz.kernels import registry
+from mambafuzz import findings
 from mambafuzz.cases import BatchCopyCase
 from mambafuzz.engine import run_case
 from mambafuzz.fuzz import FuzzOptions, fuzz_target
@@ -79,7 +79,7 @@ def test_an_exception_from_the_users_function_is_a_finding_at_its_line():
 
 def test_wild_pointer_is_fenced_on_the_cpu(tmp_path):
     """A kernel told to write far outside the arena is stopped before it touches memory."""
-    from kernels.batch_memcpy import batch_memcpy
+    from mambafuzz.kernels.batch_memcpy import batch_memcpy
 
     def wild(src_ptrs, dst_ptrs, sizes, *, arena):
         batch_memcpy(src_ptrs, dst_ptrs + (1 << 40), sizes)
@@ -99,7 +99,7 @@ def test_fuzz_finds_shrinks_saves_and_replays(tmp_path):
     src, dst, n = f.case.copies[0]
     assert src < dst < src + n and n <= 16, f.case.copies
     body = json.loads(f.path.read_text())
-    assert body["schema"] == crashes.CRASH_SCHEMA and body["target"] == "user.forward"
+    assert body["schema"] == findings.CRASH_SCHEMA and body["target"] == "user.forward"
     assert body["verdict"]["mismatch"]["count"] >= 1
     assert body["replay"].startswith("mambafuzz replay ")
     assert f.path.parent == tmp_path / "crashes" / "batch_memcpy" / "user.forward"
@@ -184,8 +184,8 @@ def test_time_budget_stops_the_session(tmp_path):
 def test_bad_crash_files_are_named(tmp_path, body, message):
     path = tmp_path / "bad.json"
     path.write_text(body)
-    with pytest.raises(crashes.CrashFileError, match=message):
-        crashes.load(path)
+    with pytest.raises(findings.CrashFileError, match=message):
+        findings.load(path)
     rows = replay([path], device="cpu")
     assert rows[0].status == "could not run" and message.split()[0] in rows[0].reason
 
@@ -193,7 +193,7 @@ def test_bad_crash_files_are_named(tmp_path, body, message):
 _WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from mambafuzz.crashes import atomic_write_json
+    from mambafuzz.findings import atomic_write_json
     body = {"schema": 1, "payload": "x" * 200000}
     i = 0
     while True:

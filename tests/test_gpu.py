@@ -22,8 +22,8 @@ def _cases():
 @pytest.mark.parametrize("name", ["triton.batch_memcpy", "triton.state_copy", "triton.postprocess",
                                   "torch.batch_memcpy", "torch.state_copy"])
 def test_correct_kernels_pass_gpu_fuzzing(name, tmp_path):
-    import strategies
-    from kernels import registry
+    from mambafuzz import strategies
+    from mambafuzz.kernels import registry
     from mambafuzz.fuzz import FuzzOptions, fuzz_target
 
     opts = FuzzOptions(device="cuda", mode="compare", reps=100, max_examples=40, seed=0, database=None,
@@ -35,7 +35,7 @@ def test_correct_kernels_pass_gpu_fuzzing(name, tmp_path):
 
 @pytest.mark.parametrize("name", ["triton.batch_memcpy", "triton.state_copy", "triton.postprocess"])
 def test_correct_kernels_hold_on_the_racy_geometries(name):
-    from kernels import registry
+    from mambafuzz.kernels import registry
     from mambafuzz.engine import run_case
 
     gpu_racy = _cases()
@@ -47,7 +47,7 @@ def test_correct_kernels_hold_on_the_racy_geometries(name):
 
 
 def test_bm_noguard_corrupts_the_measured_geometry():
-    from kernels import registry
+    from mambafuzz.kernels import registry
     from mambafuzz.engine import run_case
 
     case = _cases().batch_rows(128, 32 << 10, -16)

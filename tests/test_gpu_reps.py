@@ -22,9 +22,9 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-import kernels  # noqa: E402
-from kernels import registry  # noqa: E402
-from kernels.check import CheckRestore, check_restore, check_restore_sparse  # noqa: E402
+from mambafuzz import kernels  # noqa: E402
+from mambafuzz.kernels import registry  # noqa: E402
+from mambafuzz.kernels.check import CheckRestore, check_restore, check_restore_sparse  # noqa: E402
 from mambafuzz import engine, gpu_reps  # noqa: E402
 from mambafuzz import materialize as materialize_mod  # noqa: E402
 from mambafuzz.cases import BatchCopyCase  # noqa: E402

@@ -34,11 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import kernels  # noqa: E402
-import oracle  # noqa: E402
-from kernels import registry, zoo  # noqa: E402
-from kernels.batch_memcpy import BLOCK  # noqa: E402
-from oracle import PoolLayout  # noqa: E402
+from mambafuzz import kernels  # noqa: E402
+from mambafuzz import oracle  # noqa: E402
+from mambafuzz.kernels import registry, zoo  # noqa: E402
+from mambafuzz.kernels.batch_memcpy import BLOCK  # noqa: E402
+from mambafuzz.oracle import PoolLayout  # noqa: E402
 
 INTERP = kernels.INTERPRETED
 if INTERP:
@@ -247,7 +247,7 @@ def test_batch_memcpy_empty_batch_launches_nothing(device):
 
 
 def test_batch_memcpy_rejects_bad_inputs():
-    from kernels.batch_memcpy import batch_memcpy
+    from mambafuzz.kernels.batch_memcpy import batch_memcpy
     p = torch.zeros(2, dtype=torch.int64)
     with pytest.raises(TypeError):
         batch_memcpy(p, p, torch.zeros(2, dtype=torch.int32))
@@ -313,7 +313,7 @@ def test_ds_conv(row_pad, bias, same_block, elem, target, device):
 @pytest.mark.parametrize("elem", [2, 8])
 def test_ds_conv_many_rows(elem, target, device):
     # more rows than one chunk of ROWS lanes
-    from kernels.state_copy import ROWS
+    from mambafuzz.kernels.state_copy import ROWS
     pools, size = place([ds_pool(elem, state_len=5, dim=ROWS + 7, num_blocks=2, row_pad=1)])
     bt = single_request_table(1, 1, 0, 0)
     actual, expected = run_states(target, device, pools, size, bt, [0], [0], [2])
@@ -804,9 +804,9 @@ def test_registry_register_user_target():
 
 
 def test_registry_import_does_not_import_mambafuzz():
-    code = ("import sys, kernels.registry; "
-            "bad = [m for m in sys.modules if m.split('.')[0] == 'mambafuzz']; "
-            "assert not bad, bad")
+    code = ("import sys, mambafuzz.kernels.registry; "
+            "bad = [m for m in sys.modules if m.startswith('mambafuzz.') "
+            "and not m.startswith(('mambafuzz.kernels', 'mambafuzz.oracle'))]; assert not bad, bad")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env, timeout=120)
 
@@ -823,9 +823,9 @@ os.environ.pop("TRITON_INTERPRET", None)
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from kernels.batch_memcpy import _batch_memcpy_kernel
-from kernels.state_copy import _state_copy_kernel, FLAG_NAMES
-from kernels.postprocess import _postprocess_kernel
+from mambafuzz.kernels.batch_memcpy import _batch_memcpy_kernel
+from mambafuzz.kernels.state_copy import _state_copy_kernel, FLAG_NAMES
+from mambafuzz.kernels.postprocess import _postprocess_kernel
 target = GPUTarget("cuda", 90, 32)
 NO_DELAY = {"DELAY_POS": 0, "DELAY_NS": 0, "SCHEDULE": 0}
 

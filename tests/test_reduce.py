@@ -8,13 +8,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import strategies
-from kernels.registry import Target
+from mambafuzz import strategies
+from mambafuzz.kernels.registry import Target
 from mambafuzz.cases import BatchCopyCase, PostprocessCase, StateCopyCase
 from mambafuzz.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.materialize import materialize
 from mambafuzz.reduce import candidates, reduce_case
-from oracle import PoolLayout
+from mambafuzz.oracle import PoolLayout
 
 ANY_PERTURB = st.one_of(st.none(), strategies.perturbs())
 CASES = st.builds(lambda case, p: case.with_perturb(p),

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from mambafuzz import crashes
+from mambafuzz import findings
 from mambafuzz.cases import StateCopyCase, case_from_json
 from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.fuzz import check_database
-from oracle import PoolLayout
+from mambafuzz.oracle import PoolLayout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,7 @@ def mf(*args, cwd, pythonpath=None, timeout=120):
 
 # A correct user adapter: the project's Triton kernel behind the documented batch_memcpy contract.
 FIXED_MODULE = '''
-from kernels.batch_memcpy import batch_memcpy as _kernel
+from mambafuzz.kernels.batch_memcpy import batch_memcpy as _kernel
 
 def fixed(src_ptrs, dst_ptrs, sizes, *, arena=None):
     """The project's batched memmove."""
@@ -137,9 +137,9 @@ def test_each_malformed_field_is_one_line_naming_file_and_field(bad_folder, bad_
     # on stderr: exactly one line for this file, naming the field
     lines = [line for line in proc.stderr.splitlines() if f"{name}.json" in line]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
-    # and crashes.load says the same, as a CrashFileError (a usage error, exit 2 on its own)
-    with pytest.raises(crashes.CrashFileError) as info:
-        crashes.load(folder / f"{name}.json")
+    # and findings.load says the same, as a CrashFileError (a usage error, exit 2 on its own)
+    with pytest.raises(findings.CrashFileError) as info:
+        findings.load(folder / f"{name}.json")
     assert needle in str(info.value)
 
 

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from mambafuzz.cases import StateCopyCase
 from mambafuzz.engine import run_case
-from oracle import PoolLayout
+from mambafuzz.oracle import PoolLayout
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "tests.style_kernels.state:"

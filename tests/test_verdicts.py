@@ -16,10 +16,10 @@ import triton
 import triton.language as tl
 
 from common import mf, mf_popen, one_line_error
-from kernels import registry
+from mambafuzz.kernels import registry
 from mambafuzz import blame, cli
 from mambafuzz.cases import BatchCopyCase
-from mambafuzz.crashes import load
+from mambafuzz.findings import load
 from mambafuzz.engine import run_case
 from mambafuzz.errors import Inconclusive, InternalError
 from mambafuzz.outcome import exit_code

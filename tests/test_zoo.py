@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import strategies
-from kernels import registry, zoo
+from mambafuzz import strategies
+from mambafuzz.kernels import registry, zoo
 from mambafuzz.engine import run_case
 from mambafuzz.fuzz import FuzzOptions, fuzz_target
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from mambafuzz.cases import PostprocessCase, StateCopyCase
-from oracle import PoolLayout, decide
+from mambafuzz.oracle import PoolLayout, decide
 
 from .perturb import maybe_perturb
 from .profiles import Profile, draw_wide
