@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     from mambafuzz import kernels
     from mambafuzz.kernels import registry
     from mambafuzz import gpu_reps
-    from mambafuzz.cases import BatchCopyCase
+    from mambafuzz.contracts import BatchCopyCase
     from mambafuzz.materialize import materialize
 
     assert not kernels.INTERPRETED

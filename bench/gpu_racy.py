@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ["TRITON_INTERPRET"] = "0"
 
-from mambafuzz.cases import BatchCopyCase, PostprocessCase, StateCopyCase  # noqa: E402
+from mambafuzz.contracts import BatchCopyCase, PostprocessCase, StateCopyCase  # noqa: E402
 from mambafuzz.oracle import PoolLayout  # noqa: E402
 
 

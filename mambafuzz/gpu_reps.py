@@ -187,7 +187,7 @@ class _Buffers:
         dev = m.arena.device
         aux = {}
         if m.expected_accepted is not None:
-            acc = m.args["num_accepted"]
+            acc = m.args[m.out_name]
             aux = dict(aux=acc, aux_snapshot=m.accepted_snapshot,
                        aux_expected=torch.from_numpy(np.ascontiguousarray(m.expected_accepted, dtype=np.int32))
                        .to(dev))

@@ -13,21 +13,6 @@ from functools import lru_cache
 
 from .errors import UsageError
 
-# contract -> (positional arguments, keyword options), in call order
-SIGNATURES = {
-    "batch_memcpy": (("src_ptrs", "dst_ptrs", "sizes"), ()),
-    "state_copy": (("meta", "block_tables", "src_cols", "dst_cols", "biases"), ("num_tiles",)),
-    "postprocess": (("meta", "block_tables", "num_computed", "num_scheduled", "num_draft", "num_accepted",
-                     "state_idx"), ("block_size", "num_tiles")),
-}
-
-
-def expected(contract: str) -> str:
-    positional, options = SIGNATURES[contract]
-    keywords = ", ".join(f"{o}" for o in options)
-    return f"fn({', '.join(positional)}, *{', ' + keywords if keywords else ''}, arena=None)"
-
-
 @lru_cache(maxsize=256)
 def _signature(fn) -> inspect.Signature | None:
     try:
@@ -64,7 +49,10 @@ def check(fn, contract: str, name: str) -> None:
     sig = _signature(fn)
     if sig is None:
         return
-    positional, options = SIGNATURES[contract]
+    from . import contracts
+
+    spec = contracts.get(contract)
+    positional, options = spec.positional, spec.option_names
     extra = {"arena": "arena"} if accepts(fn, "arena") else {}
     try:
         if by_position(fn, len(positional)):
@@ -73,4 +61,4 @@ def check(fn, contract: str, name: str) -> None:
             sig.bind(**{a: a for a in positional}, **{o: o for o in options}, **extra)
     except TypeError as exc:
         raise UsageError(f"target {name}: {getattr(fn, '__name__', 'fn')}{sig} does not fit the {contract} contract "
-                         f"({exc}); expected {expected(contract)}") from None
+                         f"({exc}); expected {spec.signature_text()}") from None

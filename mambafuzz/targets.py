@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from .cases import CONTRACTS
+from .contracts import NAMES as CONTRACTS
 from .errors import UsageError
 
 

@@ -29,8 +29,8 @@ from mambafuzz import kernels  # noqa: E402
 from mambafuzz import strategies  # noqa: E402
 from mambafuzz.kernels import registry  # noqa: E402
 from mambafuzz.kernels.perturb import NO_DELAY, Perturb, launch_args  # noqa: E402
-from mambafuzz.cases import (BatchCopyCase, PostprocessCase, StateCopyCase,  # noqa: E402
-                             case_from_json)
+from mambafuzz.contracts import BatchCopyCase, PostprocessCase, StateCopyCase  # noqa: E402
+from mambafuzz.cases import case_from_json  # noqa: E402
 from mambafuzz.engine import run_case  # noqa: E402
 from mambafuzz.errors import CaseError  # noqa: E402
 from mambafuzz.materialize import materialize  # noqa: E402

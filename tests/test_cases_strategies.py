@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from mambafuzz import oracle
 from mambafuzz import strategies
-from mambafuzz.cases import BatchCopyCase, StateCopyCase, case_from_json
+from mambafuzz.contracts import BatchCopyCase, StateCopyCase
+from mambafuzz.cases import case_from_json
 from mambafuzz.errors import CaseError
 from mambafuzz.materialize import fill_bytes, materialize
 from mambafuzz.stats import format_rate, rate_upper_bound

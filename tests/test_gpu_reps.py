@@ -26,8 +26,8 @@ from mambafuzz import kernels  # noqa: E402
 from mambafuzz.kernels import registry  # noqa: E402
 from mambafuzz.kernels.check import CheckRestore, check_restore, check_restore_sparse  # noqa: E402
 from mambafuzz import engine, gpu_reps  # noqa: E402
-from mambafuzz import materialize as materialize_mod  # noqa: E402
-from mambafuzz.cases import BatchCopyCase  # noqa: E402
+from mambafuzz.contracts import pools as pool_contracts  # noqa: E402
+from mambafuzz.contracts import BatchCopyCase  # noqa: E402
 from mambafuzz.gpu_reps import (BatchPlan, drive, failing_mismatch, plan_batches, run_reps,  # noqa: E402
                                 use_graph)
 from mambafuzz.materialize import materialize  # noqa: E402
@@ -405,7 +405,7 @@ def test_run_reps_counts_accepted_counts_of_postprocess():
 
 
 def test_run_reps_sparse_materialisation(monkeypatch):
-    monkeypatch.setattr(materialize_mod, "DENSE_LIMIT", 1024)
+    monkeypatch.setattr(pool_contracts, "DENSE_LIMIT", 1024)
     case = _racy().same_block_conv("conv_sd", 12, 4, 16, 2, 1)  # 12 blocks of 128 bytes + 512: sparse
     m = materialize(case, "cpu")
     assert m.positions is not None

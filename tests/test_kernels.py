@@ -800,7 +800,17 @@ def test_registry_register_user_target():
     finally:
         del registry.TARGETS["user.test"]
     with pytest.raises(ValueError):
-        registry.Target("x", "memcpy", "user", "full", "", fn)
+        registry.Target("x", "", "user", "full", "", fn)
+
+
+def test_every_registered_target_names_a_known_contract_and_overlap():
+    """The kernels name their contract by string (they never import the engine); the engine knows them all."""
+    from mambafuzz import contracts
+
+    overlaps = {o.name: set(o.choices) for o in contracts.get("batch_memcpy").cli_options}["overlap"]
+    assert set(registry.OVERLAPS) == overlaps
+    for t in registry.all_targets():
+        assert t.contract in contracts.CONTRACTS, t.name
 
 
 def test_registry_import_does_not_import_mambafuzz():

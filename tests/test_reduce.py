@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mambafuzz import strategies
 from mambafuzz.kernels.registry import Target
-from mambafuzz.cases import BatchCopyCase, PostprocessCase, StateCopyCase
+from mambafuzz.contracts import BatchCopyCase, PostprocessCase, StateCopyCase
 from mambafuzz.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.materialize import materialize
 from mambafuzz.reduce import candidates, reduce_case

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from mambafuzz import findings
-from mambafuzz.cases import StateCopyCase, case_from_json
+from mambafuzz.contracts import StateCopyCase
+from mambafuzz.cases import case_from_json
 from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.fuzz import check_database
 from mambafuzz.oracle import PoolLayout
@@ -122,7 +123,7 @@ def bad_folder(zoo_crash):
 def bad_folder_json(bad_folder):
     work, folder = bad_folder
     proc = mf("replay", "B", "--json", cwd=work)
-    rows = {Path(r["path"]).stem: r for r in json.loads(proc.stdout)}  # always JSON
+    rows = {Path(r["path"]).stem: r for r in json.loads(proc.stdout)["files"]}  # always JSON
     return proc, rows
 
 
@@ -195,21 +196,21 @@ def test_against_a_user_module_takes_contract_from_the_crash_file(zoo_crash, tmp
     (tmp_path / "mykernel.py").write_text(textwrap.dedent(FIXED_MODULE))
     proc = mf("replay", str(crash), "--against", "mykernel:fixed", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (row,) = json.loads(proc.stdout)
+    (row,) = json.loads(proc.stdout)["files"]
     assert row["status"] == "fixed" and row["target"] == "mykernel:fixed"
     assert row["verdict"]["reps"] == 1 and row["verdict"]["failures"] == 0
     # --contract overrides the file's: a state_copy adapter cannot run a batch_memcpy case
     wrong = mf("replay", str(crash), "--against", "mykernel:fixed", "--contract", "state_copy", "--json",
                cwd=tmp_path)
     assert wrong.returncode == 2
-    assert "state_copy != crash contract batch_memcpy" in json.loads(wrong.stdout)[0]["reason"]
+    assert "state_copy != crash contract batch_memcpy" in json.loads(wrong.stdout)["files"][0]["reason"]
 
 
 def test_against_a_missing_module_is_still_json(zoo_crash):
     work, crash = zoo_crash
     proc = mf("replay", str(crash), "--against", "nosuchmodule:fn", "--json", cwd=work)
     assert proc.returncode == 2
-    (row,) = json.loads(proc.stdout)
+    (row,) = json.loads(proc.stdout)["files"]
     assert row["status"] == "could not run" and "nosuchmodule" in row["reason"]
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
@@ -231,7 +232,7 @@ def test_stored_replay_command_of_a_user_target_runs_from_anywhere(tmp_path):
     # run as printed, from a folder that does not hold the module, with only the checkout on the path
     again = mf(*cmd[1:], "--json", cwd=elsewhere, pythonpath=str(ROOT))
     assert again.returncode == 1, again.stdout + again.stderr
-    (row,) = json.loads(again.stdout)
+    (row,) = json.loads(again.stdout)["files"]
     assert row["status"] == "still failing" and row["target"] == "userbug:forward"
     assert row["verdict"]["kind"] == "mismatch"
 

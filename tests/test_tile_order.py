@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambafuzz.cases import StateCopyCase
+from mambafuzz.contracts import StateCopyCase
 from mambafuzz.engine import run_case
 from mambafuzz.oracle import PoolLayout
 

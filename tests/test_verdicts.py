@@ -18,7 +18,7 @@ import triton.language as tl
 from common import mf, mf_popen, one_line_error
 from mambafuzz.kernels import registry
 from mambafuzz import blame, cli
-from mambafuzz.cases import BatchCopyCase
+from mambafuzz.contracts import BatchCopyCase
 from mambafuzz.findings import load
 from mambafuzz.engine import run_case
 from mambafuzz.errors import Inconclusive, InternalError
@@ -141,7 +141,7 @@ def test_a_run_that_rejected_every_draw_is_inconclusive(tmp_path, monkeypatch, c
     body = json.loads(capsys.readouterr().out)
     assert code == 3 and body["exit_code"] == 3
     (t,) = body["targets"]
-    assert t["status"] == "inconclusive" and t["examples"] == 0 and "rejected" in t["detail"]
+    assert t["status"] == "inconclusive" and t["examples"] == 0 and "rejected" in t["why"]
 
 
 def test_an_internal_error_is_not_a_finding_and_other_targets_go_on(tmp_path, monkeypatch, capsys):
@@ -162,7 +162,7 @@ def test_an_internal_error_is_not_a_finding_and_other_targets_go_on(tmp_path, mo
     states = {t["target"]: t for t in body["targets"]}
     assert code == 3
     bad = states["torch.state_copy"]
-    assert bad["status"] == "inconclusive" and bad["stop"] == "internal-error" and "finding" not in bad
+    assert bad["status"] == "inconclusive" and bad["stop"] == "internal-error" and bad["finding"] is None
     assert "IndexError: materialise bug" in bad["detail"]
     error_file = bad["detail"].rsplit("traceback: ", 1)[1].rstrip(")")
     assert "Traceback" in (tmp_path / error_file).read_text()
@@ -240,7 +240,7 @@ def test_a_signal_while_shrinking_leaves_a_replayable_crash_file(tmp_path, sig, 
         assert body["interrupted"] and body["targets"][0]["status"] == "finding"
         assert body["targets"][0]["finding"]["path"] == str(files[0].relative_to(tmp_path))
     replay = mf("replay", files[0], "--json", cwd=tmp_path)
-    assert replay.returncode == 1 and json.loads(replay.stdout)[0]["status"] == "still failing"
+    assert replay.returncode == 1 and json.loads(replay.stdout)["files"][0]["status"] == "still failing"
 
 
 def test_interrupted_with_nothing_found_is_130_and_says_so(tmp_path):

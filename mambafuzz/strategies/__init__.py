@@ -13,13 +13,7 @@ __all__ = ["CPU", "GPU", "GPU_AMP", "PROFILES", "Profile", "align_requests", "ba
            "state_copy_cases"]
 
 
-def for_contract(contract: str, *, profile: Profile = CPU, overlap: str = "full",
-                 ill_posed: bool = False) -> st.SearchStrategy:
-    """The case strategy for a target's contract; `overlap='left'` keeps right overlaps out."""
-    if contract == "batch_memcpy":
-        return batch_copy_cases(profile, overlap=overlap, ill_posed=ill_posed)
-    if contract == "state_copy":
-        return state_copy_cases(profile)
-    if contract == "postprocess":
-        return postprocess_cases(profile)
-    raise ValueError(f"unknown contract {contract!r}")
+def for_contract(contract: str, *, profile: Profile = CPU, **options) -> st.SearchStrategy:
+    """The case strategy of a contract (``mambafuzz.contracts``), with its options (overlap='left', ...)."""
+    from mambafuzz import contracts
+    return contracts.get(contract).strategy(profile, **options)

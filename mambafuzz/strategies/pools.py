@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.cases import PostprocessCase, StateCopyCase
+from mambafuzz.contracts.postprocess import PostprocessCase
+from mambafuzz.contracts.state_copy import StateCopyCase
 from mambafuzz.oracle import PoolLayout, decide
 
 from .perturb import maybe_perturb

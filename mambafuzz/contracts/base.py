@@ -1,0 +1,123 @@
+"""What a contract is: everything mambafuzz knows about one shape of state-moving kernel.
+
+A contract module defines its case type and one ``Contract`` subclass instance:
+how cases are drawn (``strategy``), laid out in memory and what the oracle
+expects of them (``image``, ``prepare``), how a failing case is cut smaller
+(``candidates``, ``valid``), how a byte is named in a report (``locate``), what
+a target is called with (``arguments``, ``options``, with dtypes and shapes),
+the CLI options that describe what a user's kernel supports, and its zoo rows.
+Nothing outside the contract modules branches on the case type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One argument a target receives: the adapter table in the README is made of these."""
+
+    name: str
+    dtype: str
+    shape: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """A contract option a user sets on the command line (what their kernel supports)."""
+
+    name: str            # the keyword it reaches the strategy and the target spec by
+    choices: tuple
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass
+class Image:
+    """Which arena bytes are live: ``positions`` maps a sparse image to arena offsets (None: dense);
+    ``plan`` is whatever the contract needs again in ``prepare`` (compacted pools, say)."""
+
+    positions: np.ndarray | None = None
+    plan: Any = None
+
+
+@dataclass
+class Prepared:
+    """A case on a device: the target's arguments and the oracle's expectation."""
+
+    args: dict[str, Any]                   # positional arguments, in call order
+    kwargs: dict[str, Any]                 # keyword options
+    expected: np.ndarray                   # the arena (or sparse image) after a correct run
+    out_name: str | None = None            # an argument the target updates in place (postprocess)
+    out_expected: np.ndarray | None = None
+
+
+class Contract:
+    """Base of the contract definitions; each contract module makes one instance."""
+
+    name: str = ""
+    case_type: type = object
+    summary: str = ""
+    arguments: tuple[Argument, ...] = ()
+    options: tuple[Argument, ...] = ()
+    cli_options: tuple[CliOption, ...] = ()
+    max_arena: int = 1 << 31
+
+    @property
+    def positional(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.arguments)
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.options)
+
+    def signature_text(self) -> str:
+        keywords = "".join(f", {o}" for o in self.option_names)
+        return f"fn({', '.join(self.positional)}, *{keywords}, arena=None)"
+
+    def defaults(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This contract's CLI options with their defaults, overridden by `given` (unknown keys dropped)."""
+        given = given or {}
+        return {o.name: given.get(o.name, o.default) if given.get(o.name) is not None else o.default
+                for o in self.cli_options}
+
+    # -- drawing, materialising, judging: each contract module implements these
+    def strategy(self, profile, **options):
+        raise NotImplementedError
+
+    def image(self, case) -> Image:
+        return Image()
+
+    def prepare(self, case, image: Image, snapshot: np.ndarray, base: int, device: str) -> Prepared:
+        raise NotImplementedError
+
+    def locate(self, case, offset: int) -> str:
+        return ""
+
+    def candidates(self, case) -> Iterator:
+        return iter(())
+
+    def valid(self, case) -> bool:
+        return True
+
+    def zoo(self) -> list:
+        """The zoo targets of this contract (imports the kernels: the device must be chosen first)."""
+        from mambafuzz.kernels import registry
+        return [t for t in registry.zoo_targets() if t.contract == self.name]
+
+
+def without(items: tuple, i: int) -> tuple:
+    return items[:i] + items[i + 1:]
+
+
+def down_to(value: int, residue: int, modulus: int) -> int:
+    """The smallest x >= value with x % modulus == residue % modulus."""
+    return value + (residue - value) % modulus

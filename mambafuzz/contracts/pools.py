@@ -1,0 +1,276 @@
+"""What the two block-table contracts (`state_copy`, `postprocess`) share: pools in one arena.
+
+Every state has a pool (SD / DS conv or temporal, ``oracle.PoolLayout``) at a
+byte offset of the arena and a group whose block table maps (request, column)
+to a physical block.  A target receives the per-state ``meta`` table (columns
+``mambafuzz.kernels.META_*``) and the block tables.  Pools past DENSE_LIMIT are
+materialised sparsely: only referenced blocks' data plus GUARD bytes of their
+padding are filled and compared (what lets ADDR-I32 be fuzzed on a CPU).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+import numpy as np
+import torch
+
+from mambafuzz import oracle
+from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, check_nested, show
+from mambafuzz.errors import CaseError
+from mambafuzz.kernels import META_COLS
+from mambafuzz.oracle import PoolLayout
+
+from .base import Argument, Contract, Image, down_to, without
+
+DENSE_LIMIT = 256 << 20  # pool arenas above this are materialised sparsely
+MAX_SPARSE_ARENA = 8 << 30
+GUARD = 64               # padding bytes after each block's data that sparse mode still checks
+
+META_ARGUMENTS = (
+    Argument("meta", "int64", "[S, 8]", "one row per state: BASE, BLOCK_STRIDE, ELEM, INNER, CONV_LEN, GROUP, "
+                                        "DS_ROWS, DS_ROW_STRIDE (ARCHITECTURE.md)"),
+    Argument("block_tables", "int32", "[G, R, C]", "physical block of (group, request, column)"),
+)
+TILES = Argument("num_tiles", "int", "", "temporal copies split over this many tiles (programs)")
+
+
+_POOL_REQUIRED = ("kind", "offset", "num_blocks", "block_stride", "elem_size")
+_POOL_FIELDS = {f.name for f in dataclasses.fields(PoolLayout)}
+
+
+def _check_pools(value) -> None:
+    """Types only; the oracle (PoolLayout.validate) judges the geometry."""
+    if not isinstance(value, (list, tuple)):
+        raise CaseError(f"case field 'pools' must be a list of pool objects, got {show(value)}")
+    for i, pool in enumerate(value):
+        where = f"pools[{i}]"
+        if not isinstance(pool, dict):
+            raise CaseError(f"case field {where!r} must be an object, got {show(pool)}")
+        missing = [k for k in _POOL_REQUIRED if k not in pool]
+        if missing:
+            raise CaseError(f"case field {where!r} is missing {', '.join(missing)}")
+        unknown = sorted(set(pool) - _POOL_FIELDS)
+        if unknown:
+            raise CaseError(f"case field {where!r} has unknown field(s): {', '.join(unknown)}")
+        if not isinstance(pool["kind"], str):
+            raise CaseError(f"case field '{where}.kind' must be a string, got {show(pool['kind'])}")
+        for key, v in pool.items():
+            if key == "inner":
+                check_int_list(f"{where}.inner", v)
+            elif key != "kind":
+                check_int(f"{where}.{key}", v)
+
+
+@dataclass(frozen=True)
+class PoolCase(CaseBase):
+    FIELD_CHECKS: ClassVar[dict] = {
+        "arena_size": lambda v: check_int("arena_size", v, 1),
+        "num_tiles": lambda v: check_int("num_tiles", v, 1),
+        "pools": _check_pools,
+        "block_tables": lambda v: check_nested("block_tables", v, 3),
+    }
+    arena_size: int
+    pools: tuple[PoolLayout, ...]
+    block_tables: tuple[tuple[tuple[int, ...], ...], ...]  # [G][R][C]
+    num_tiles: int = 1
+    seed: int = 0
+
+    @classmethod
+    def _from_json_fields(cls, body, kwargs):
+        kwargs["pools"] = tuple(PoolLayout(**{k: as_tuples(v) for k, v in p.items()})
+                                for p in body["pools"])
+        return kwargs
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.block_tables[0]) if self.block_tables else 0
+
+    def _pool_summary(self) -> str:
+        kinds = ",".join(f"{p.kind}/e{p.elem_size}" for p in self.pools)
+        return f"{len(self.pools)} state(s) [{kinds}], {len(self.block_tables)} group(s)"
+
+    def _layout_size(self) -> int:
+        """Arena size + pool offsets + block counts + block-table entries, + 1 for a perturbation."""
+        return (self.arena_size + sum(p.offset + p.num_blocks for p in self.pools)
+                + sum(len(row) for table in self.block_tables for row in table)
+                + (getattr(self, "perturb", None) is not None))
+
+
+def meta_table(pools, base: int) -> np.ndarray:
+    meta = np.zeros((len(pools), META_COLS), dtype=np.int64)
+    for s, p in enumerate(pools):
+        ds = p.kind == "conv_ds"
+        meta[s] = (base + p.offset, p.block_stride, p.elem_size, p.inner_elems,
+                   p.state_len if p.is_conv else 0, p.group, p.dim if ds else 0, p.row_stride_eff if ds else 0)
+    return meta
+
+
+def int32(values, device) -> torch.Tensor:
+    return torch.tensor(np.asarray(values, dtype=np.int32).reshape(-1), dtype=torch.int32, device=device)
+
+
+def _compact(case: PoolCase) -> tuple[tuple[PoolLayout, ...], np.ndarray, np.ndarray]:
+    """Pools, block tables and arena positions of a dense image of just the live blocks.
+
+    A pool over 2 GiB (the ADDR-I32 territory) is mostly padding nobody touches;
+    the oracle runs on an image holding each referenced block's data plus GUARD
+    bytes of its padding, and the live arena is compared at those positions.
+    """
+    tables = np.asarray(case.block_tables, dtype=np.int64)
+    used = [np.unique(tables[g]) for g in range(tables.shape[0])]
+    new_tables = np.stack([np.searchsorted(used[g], tables[g]) for g in range(tables.shape[0])]).astype(np.int32)
+    pools, pieces, cursor = [], [], 0
+    for pool in case.pools:
+        if not 0 <= pool.group < len(used):
+            raise CaseError(f"pool group {pool.group} has no block table ({len(used)} group(s))")
+        filler = -cursor % 8  # keep each compact pool 8-aligned; filler bytes map to no arena byte (-1)
+        pieces.append(np.full(filler, -1, dtype=np.int64))
+        cursor += filler
+        ids = used[pool.group].astype(np.int64)
+        window = min(pool.block_stride, pool.data_bytes + GUARD)
+        pools.append(dataclasses.replace(pool, offset=cursor, num_blocks=len(ids), block_stride=window))
+        starts = pool.offset + ids * pool.block_stride
+        pieces.append((starts[:, None] + np.arange(window)[None, :]).reshape(-1))
+        cursor += len(ids) * window
+    positions = np.concatenate(pieces)
+    return tuple(pools), new_tables, positions
+
+
+# ---------------------------------------------------------------- reduction helpers
+def _pools_end(pools) -> int:
+    """Where the pools' bytes end: the last block's data plus the padding the engine checks."""
+    return max((p.offset + (p.num_blocks - 1) * p.block_stride + min(p.block_stride, p.data_bytes + GUARD)
+                for p in pools), default=1)
+
+
+def _pool_compacted(case, **changes):
+    """`case` with `changes`, in an arena cut to where its pools end."""
+    out = dataclasses.replace(case, **changes)
+    return dataclasses.replace(out, arena_size=max(1, _pools_end(out.pools)))
+
+
+def _packed_pools(pools, keep_alignment: bool):
+    """Pools in offset order from byte 0, each right after the blocks of the one before."""
+    out = list(pools)
+    cursor = 0
+    for s in sorted(range(len(pools)), key=lambda s: pools[s].offset):
+        p = pools[s]
+        modulus = 8 if keep_alignment else p.elem_size
+        offset = min(p.offset, down_to(cursor, p.offset, modulus))
+        out[s] = dataclasses.replace(p, offset=offset)
+        cursor = offset + p.num_blocks * p.block_stride
+    return tuple(out)
+
+
+def _group_ids(case, group: int) -> list[int]:
+    return sorted({b for row in case.block_tables[group] for b in row})
+
+
+def _dense_tables(case):
+    """Block ids renumbered 0.. per group (order kept); each pool's block count cut to match."""
+    tables, counts = [], []
+    for g, table in enumerate(case.block_tables):
+        ids = _group_ids(case, g)
+        index = {b: k for k, b in enumerate(ids)}
+        tables.append(tuple(tuple(index[b] for b in row) for row in table))
+        counts.append(max(1, len(ids)))
+    pools = tuple(dataclasses.replace(p, num_blocks=counts[p.group]) for p in case.pools)
+    return tuple(tables), pools
+
+
+def _without_group(case, g: int):
+    """Block table `g` (which no state uses) dropped; later groups renumbered."""
+    pools = tuple(dataclasses.replace(p, group=p.group - (p.group > g)) for p in case.pools)
+    return dataclasses.replace(case, block_tables=without(case.block_tables, g), pools=pools)
+
+
+def _tile_counts(n: int) -> list[int]:
+    return sorted({1, 2, n // 2, n - 1} & set(range(1, n)))
+
+
+class PoolContract(Contract):
+    """The shared half of a block-table contract; subclasses add requests, expectation and columns."""
+
+    request_fields: tuple[str, ...] = ()   # per-request case fields (dropped together with a request)
+    max_arena = MAX_SPARSE_ARENA
+
+    def image(self, case: PoolCase) -> Image:
+        if case.num_tiles < 1:
+            raise CaseError(f"num_tiles must be >= 1, got {case.num_tiles}")
+        for pool in case.pools:
+            pool.validate(case.arena_size)
+        tables = np.asarray(case.block_tables, dtype=np.int32)
+        if tables.ndim != 3:
+            raise CaseError(f"block tables must be [groups, requests, columns], got shape {tables.shape}")
+        if case.arena_size > DENSE_LIMIT:
+            pools, oracle_tables, positions = _compact(case)
+            return Image(positions, (tables, pools, oracle_tables))
+        return Image(None, (tables, case.pools, tables))
+
+    def common_args(self, case: PoolCase, image: Image, base: int, device: str) -> tuple[dict, dict]:
+        tables = image.plan[0]
+        args = {"meta": torch.tensor(meta_table(case.pools, base), device=device),
+                "block_tables": torch.from_numpy(tables.copy()).to(device)}
+        return args, {"num_tiles": case.num_tiles}
+
+    def locate(self, case: PoolCase, offset: int) -> str:
+        for s, pool in enumerate(case.pools):
+            lo = pool.offset
+            if lo <= offset < lo + pool.nbytes:
+                block, within = divmod(offset - lo, pool.block_stride)
+                part = "data" if within < pool.data_bytes else "padding"
+                return f"state {s} ({pool.kind}) block {block} byte {within} ({part})"
+        return "outside every pool"
+
+    def valid(self, case: PoolCase) -> bool:
+        if case.arena_size < 1:
+            return False
+        try:
+            for p in case.pools:
+                p.validate(case.arena_size)
+        except oracle.OracleError:
+            return False
+        tables = case.block_tables
+        for p in case.pools:
+            if not 0 <= p.group < len(tables):
+                return False
+            ids = [b for row in tables[p.group] for b in row]
+            if ids and not 0 <= min(ids) <= max(ids) < p.num_blocks:
+                return False
+        return True
+
+    def column_candidates(self, case: PoolCase) -> Iterator[PoolCase]:
+        """Cases with a block-table column dropped (none by default)."""
+        return iter(())
+
+    def candidates(self, case: PoolCase) -> Iterator[PoolCase]:
+        """Requests, states, groups and columns dropped; fewer tiles and blocks; pools packed, arena cut."""
+        requests = case.num_requests
+        if requests > 1:
+            for r in range(requests):
+                changes = {f: without(getattr(case, f), r) for f in self.request_fields}
+                changes["block_tables"] = tuple(without(table, r) for table in case.block_tables)
+                yield dataclasses.replace(case, **changes)
+        if len(case.pools) > 1:
+            for s in range(len(case.pools)):
+                yield dataclasses.replace(case, pools=without(case.pools, s))
+        used_groups = {p.group for p in case.pools}
+        for g in reversed(range(len(case.block_tables))):
+            if g not in used_groups and len(case.block_tables) > 1:
+                yield _without_group(case, g)
+        yield from self.column_candidates(case)
+        for n in _tile_counts(case.num_tiles):
+            yield dataclasses.replace(case, num_tiles=n)
+        # fewer blocks: ids renumbered densely, or only the unused blocks at the top dropped
+        tables, pools = _dense_tables(case)
+        yield _pool_compacted(case, block_tables=tables, pools=pools)
+        trimmed = tuple(dataclasses.replace(p, num_blocks=max(1, max(_group_ids(case, p.group), default=0) + 1))
+                        if p.group < len(case.block_tables) else p for p in case.pools)
+        yield _pool_compacted(case, pools=trimmed)
+        # pools packed from byte 0 up and the arena cut to their end; exact first, then keeping alignment
+        for keep in (False, True):
+            yield _pool_compacted(case, pools=_packed_pools(case.pools, keep))
+        if _pools_end(case.pools) < case.arena_size:
+            yield _pool_compacted(case)
