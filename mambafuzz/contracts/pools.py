@@ -6,6 +6,10 @@ to a physical block.  A target receives the per-state ``meta`` table (columns
 ``mambafuzz.kernels.META_*``) and the block tables.  Pools past DENSE_LIMIT are
 materialised sparsely: only referenced blocks' data plus GUARD bytes of their
 padding are filled and compared (what lets ADDR-I32 be fuzzed on a CPU).
+
+``META_COLUMNS`` is the meta table's layout; the project's kernels read it
+through ``mambafuzz.kernels.META_*`` (they never import the engine; a test
+checks the two agree).
 """
 from __future__ import annotations
 
@@ -19,11 +23,12 @@ import torch
 from mambafuzz import oracle
 from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, check_nested, show
 from mambafuzz.errors import CaseError
-from mambafuzz.kernels import META_COLS
 from mambafuzz.oracle import PoolLayout
 
 from .base import Argument, Contract, Image, down_to, without
 
+# The meta table: int64 [S, len(META_COLUMNS)], one row per state, these columns in this order.
+META_COLUMNS = ("BASE", "BLOCK_STRIDE", "ELEM", "INNER", "CONV_LEN", "GROUP", "DS_ROWS", "DS_ROW_STRIDE")
 DENSE_LIMIT = 256 << 20  # pool arenas above this are materialised sparsely
 MAX_SPARSE_ARENA = 8 << 30
 GUARD = 64               # padding bytes after each block's data that sparse mode still checks
@@ -99,7 +104,7 @@ class PoolCase(CaseBase):
 
 
 def meta_table(pools, base: int) -> np.ndarray:
-    meta = np.zeros((len(pools), META_COLS), dtype=np.int64)
+    meta = np.zeros((len(pools), len(META_COLUMNS)), dtype=np.int64)
     for s, p in enumerate(pools):
         ds = p.kind == "conv_ds"
         meta[s] = (base + p.offset, p.block_stride, p.elem_size, p.inner_elems,
