@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from . import contracts, interrupt, outcome
 from . import device as device_mod
-from . import interrupt, outcome
 from .errors import UsageError
 from .outcome import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_USAGE
 
@@ -84,6 +84,19 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--fresh", action="store_true", help="ignore a saved, interrupted session with these options")
 
 
+def _add_contract_options(p, *, with_defaults: bool) -> None:
+    """Each contract's own options (what a user's kernel supports), e.g. --overlap for batch_memcpy."""
+    seen = set()
+    for contract in contracts.CONTRACTS.values():
+        for option in contract.cli_options:
+            if option.flag not in seen:
+                seen.add(option.flag)
+                p.add_argument(option.flag, choices=option.choices,
+                               default=option.default if with_defaults else None,
+                               help=f"{contract.name}: {option.help}"
+                                    + ("" if with_defaults else " (None: the crash file's)"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mambafuzz", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -94,9 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fuzz", help="fuzz chosen targets (long sessions on a GPU box)")
     p.add_argument("--target", action="append", required=True,
                    help="name, glob, or module:function (with --contract); repeatable")
-    p.add_argument("--contract", choices=("batch_memcpy", "state_copy", "postprocess"))
-    p.add_argument("--overlap", choices=("left", "full"), default="full",
-                   help="for a user batch_memcpy: which overlaps it supports")
+    p.add_argument("--contract", choices=contracts.NAMES, help="the contract of a module:function target")
+    _add_contract_options(p, with_defaults=True)
     _add_run_options(p, max_examples=1000, time_default=None)
 
     p = sub.add_parser("smoke", help="bounded CI run over the correct targets (CPU by default)")
@@ -112,10 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", default=None,
                    help="run this target instead of the one recorded: a name, or module:function "
                         "(contract and overlap from each crash file)")
-    p.add_argument("--contract", choices=("batch_memcpy", "state_copy", "postprocess"), default=None,
-                   help="with --against module:function: its contract (default: the crash file's)")
-    p.add_argument("--overlap", choices=("left", "full"), default=None,
-                   help="with --against module:function: its overlap (default: the crash file's)")
+    p.add_argument("--contract", choices=contracts.NAMES, default=None,
+                   help="with --against module:function: its contract (None: the crash file's)")
+    _add_contract_options(p, with_defaults=False)
     p.add_argument("--device", default="cpu", choices=device_mod.DEVICES)
     p.add_argument("--mode", choices=("compare", "race"), default=None)
     p.add_argument("--reps", type=_positive(int), default=None)
@@ -143,7 +154,9 @@ def _fuzz_options(args, device: str):
     _check_writable(crashes_dir)
     return FuzzOptions(device=device, mode=mode, reps=reps, max_examples=args.max_examples,
                        min_examples=args.min_examples, time_budget=None, shrink_budget=args.shrink_time,
-                       seed=args.seed, database=database, crashes_dir=crashes_dir, profile=profile)
+                       seed=args.seed, database=database, crashes_dir=crashes_dir, profile=profile,
+                       contract_options={o.name: getattr(args, o.name) for c in contracts.CONTRACTS.values()
+                                         for o in c.cli_options if getattr(args, o.name, None) is not None})
 
 
 def _check_writable(folder: Path) -> None:
@@ -189,17 +202,13 @@ def _details(reports, device: str) -> list[str]:
     return lines
 
 
-def _report_json(r) -> dict:
-    body = {"target": r.target, "contract": r.contract, "status": r.status, "stop": r.stop,
-            "detail": r.why or None, "examples": r.examples, "reps": r.reps, "failed_reps": r.failed_reps,
-            "seconds": round(r.seconds, 3), "rejected": r.rejected[:5]}
-    if r.finding:
-        f = r.finding
-        body["finding"] = {"kind": f.verdict.kind, "summary": f.verdict.summary(), "case": f.case.to_json(),
-                           "case_summary": f.case.describe(), "path": str(f.path) if f.path else None,
-                           "examples_to_first": f.examples_to_first,
-                           "seconds_to_first": round(f.seconds_to_first, 3), "shrink_examples": f.shrink_examples}
-    return body
+REPORT_SCHEMA = 1  # the JSON reports' shape (README "JSON reports"); bump on an incompatible change
+
+
+def _report_json(command: str, device: str, mode: str | None, interrupted: bool, code: int, **body) -> str:
+    """One JSON document for fuzz, smoke, zoo and replay: the same envelope, then "targets" or "files"."""
+    return json.dumps({"schema": REPORT_SCHEMA, "command": command, "device": device, "mode": mode,
+                       "interrupted": interrupted, "exit_code": code, **body}, indent=2)
 
 
 def _gpu_list(spec: str | None, device: str) -> list[int] | None:
@@ -319,9 +328,8 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
     code = outcome.exit_code([r.status for r in reports], interrupted)
     if args.json:
-        print(json.dumps({"schema": 1, "command": args.command, "device": device, "mode": opts.mode,
-                          "interrupted": interrupted, "exit_code": code,
-                          "targets": [_report_json(r) for r in reports]}, indent=2))
+        print(_report_json(args.command, device, opts.mode, interrupted, code,
+                           targets=[r.to_json() for r in reports]))
         return code
     _print_reports(reports, title, device)
     if interrupted:
@@ -346,16 +354,11 @@ def cmd_zoo(args) -> int:
     by_name = {t.name: t for t in targets}
     rows = []
     for r in reports:
-        t, f = by_name.get(r.target), r.finding
-        rows.append({"target": r.target, "zoo_id": t.zoo_id if t else None, "bug": t.bug if t else None,
-                     "caught": f is not None, "status": r.status, "detail": r.why or None,
-                     "kind": f.verdict.kind if f else None,
-                     "seconds_to_first": round(f.seconds_to_first, 2) if f else None,
-                     "examples_to_first": f.examples_to_first if f else None,
-                     "case": f.case.to_json() if f else None, "case_summary": f.case.describe() if f else None,
-                     "path": str(f.path) if f and f.path else None})
-    escaped = [row["target"] for row in rows if row["status"] == "clean"]
-    unchecked = [row["target"] for row in rows if row["status"] == "inconclusive"]
+        t = by_name.get(r.target)
+        rows.append({**r.to_json(), "zoo_id": t.zoo_id if t else None, "bug": t.bug if t else None,
+                     "caught": r.finding is not None})
+    escaped = [r.target for r in reports if r.status == "clean"]
+    unchecked = [r.target for r in reports if r.status == "inconclusive"]
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
     all_caught = all(row["caught"] for row in rows) and len(rows) == len(targets)
     if escaped:
@@ -365,24 +368,22 @@ def cmd_zoo(args) -> int:
     else:
         code = EXIT_CLEAN
     if args.json:
-        print(json.dumps({"schema": 1, "command": "zoo", "device": device, "mode": opts.mode,
-                          "interrupted": interrupted, "exit_code": code, "variants": rows, "escaped": escaped,
-                          "inconclusive": unchecked}, indent=2))
+        print(_report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
         return code
     table = Table(title="bug zoo")
     for col in ("variant", "caught", "by", "1st failure"):
         table.add_column(col, overflow="fold")
-    for row in rows:
-        caught = {"finding": "[green]caught[/]", "clean": "[red]ESCAPED[/]"}.get(row["status"],
-                                                                              f"[yellow]{row['status']}[/]")
-        first = f"{row['seconds_to_first']}s, ex {row['examples_to_first']}" if row["caught"] else ""
-        table.add_row(row["target"], caught, row["kind"] or "", first)
+    for r in reports:
+        f = r.finding
+        caught = {"finding": "[green]caught[/]", "clean": "[red]ESCAPED[/]"}.get(r.status, f"[yellow]{r.status}[/]")
+        first = f"{round(f.seconds_to_first, 2)}s, ex {f.examples_to_first}" if f else ""
+        table.add_row(r.target, caught, f.verdict.kind if f else "", first)
     out.print(table)
-    for row in rows:
-        if row["caught"]:
-            print(f"{row['target']}: {row['case_summary']}")
-        elif row["detail"]:
-            print(f"{row['target']}: {row['status']}: {row['detail']}")
+    for r in reports:
+        if r.finding:
+            print(f"{r.target}: {r.finding.case.describe()}")
+        elif r.why:
+            print(f"{r.target}: {r.status}: {r.why}")
     print(f"{sum(row['caught'] for row in rows)} of {len(targets)} zoo variants caught"
           + (f"; escaped: {', '.join(escaped)}" if escaped else "")
           + (f"; not checked: {', '.join(unchecked)}" if unchecked else "") + f"; exit {code}")
@@ -395,8 +396,9 @@ def cmd_replay(args) -> int:
     Exit code: 1 if any file still fails; else 2 if any could not run (an
     invalid file -- one line on stderr naming the file and the field -- a
     target that cannot be imported, a contract mismatch); else 3 if any was
-    inconclusive; else 0.  With --json stdout is always one JSON list of rows,
-    also when the whole command fails (then each file's row says why).
+    inconclusive; else 0.  With --json stdout is always one JSON report with a
+    row per file under "files", also when the whole command fails (then each
+    file's row says why).
     """
     from . import findings
     from .replay import COULD_NOT_RUN, Against, ReplayRow, exit_code, replay
@@ -419,16 +421,19 @@ def cmd_replay(args) -> int:
                 against = Against(resolve_one(args.against, contract="").name)
     except UsageError as exc:
         if args.json:  # still JSON: every file found could not run, for this one reason
-            print(json.dumps([ReplayRow(f, args.against or "?", COULD_NOT_RUN, reason=str(exc)).to_json()
-                              for f in files], indent=2))
+            print(_report_json("replay", args.device, args.mode, False, EXIT_USAGE,
+                               files=[ReplayRow(f, args.against or "?", COULD_NOT_RUN, reason=str(exc)).to_json()
+                                      for f in files]))
         raise
     rows = replay(files, device=device, reps=args.reps, mode=args.mode, against=against, timeout=args.timeout)
     for r in rows:
         if r.status == COULD_NOT_RUN:
             reason = r.reason if str(r.path) in r.reason else f"{r.path}: {r.reason}"
             err.print(f"mambafuzz: error: {reason}", highlight=False)
+    code = exit_code(rows)
     if args.json:
-        print(json.dumps([r.to_json() for r in rows], indent=2))
+        mode = args.mode or (None if device == "cpu" else "compare")  # None: each file's recorded mode
+        print(_report_json("replay", device, mode, interrupt.requested(), code, files=[r.to_json() for r in rows]))
     else:
         table = Table(title=f"replay ({device})")
         for col in ("crash file", "target", "status", "k/N", "detail"):
@@ -439,7 +444,7 @@ def cmd_replay(args) -> int:
             detail = r.reason or (r.verdict.summary() if r.verdict else "")
             table.add_row(str(r.path), r.target, f"[{style}]{r.status}[/]", kn, detail)
         out.print(table)
-    return exit_code(rows)
+    return code
 
 
 def cmd_selfcheck(args) -> int:

@@ -28,6 +28,37 @@ from .materialize import Materialized, Mismatch, materialize
 from .stats import rate_upper_bound
 
 MODES = ("compare", "race")
+# What a failure is, the same word in tables, JSON reports and crash files: wrong bytes, a recorded
+# hazard, the target raised, a CUDA fault, the process died, the process stopped answering.
+KINDS = ("mismatch", "race", "exception", "fault", "crash", "hang")
+FAULT_KINDS = ("fault", "crash", "hang")  # the process or its CUDA context is gone: replay in a child
+
+
+@dataclass(frozen=True)
+class SavedHazard:
+    """A hazard read back from JSON: its record as written, with the two fields verdicts show.
+
+    The recorder's own ``Hazard`` needs the interpreter's witnesses; a report or a
+    crash file only needs to show and re-write them.
+    """
+
+    body: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.body.get("kind", "?")
+
+    @property
+    def explanation(self) -> str:
+        return self.body.get("explanation", "")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.body
+
+
+def _mismatch_from_json(body: dict[str, Any]) -> Mismatch:
+    return Mismatch(count=body["count"], total=body["total"], first=list(body.get("first", [])),
+                    accepted=list(body.get("accepted", [])), note=body.get("note", ""))
 
 
 @dataclass
@@ -39,8 +70,9 @@ class Verdict:
     mode: str
     mismatch: Mismatch | None = None
     hazards: list[Any] = field(default_factory=list)
-    fault: str | None = None        # a CUDA fault, a crash or a hang: the process or context is gone
+    fault: str | None = None        # the process or CUDA context is gone: what happened, one line
     exception: str | None = None    # the kernel or the user's function raised (blame.KERNEL)
+    fault_kind: str = "fault"       # with `fault`: fault (CUDA), crash (the process died) or hang
 
     @property
     def failed(self) -> bool:
@@ -48,8 +80,9 @@ class Verdict:
 
     @property
     def kind(self) -> str | None:
+        """One of KINDS, or None when nothing failed."""
         if self.fault:
-            return "fault"
+            return self.fault_kind
         if self.exception:
             return "exception"
         if self.hazards:
@@ -64,7 +97,7 @@ class Verdict:
 
     def summary(self) -> str:
         if self.fault:
-            return f"fault: {self.fault}"
+            return f"{self.fault_kind}: {self.fault}"
         if self.exception:
             return f"exception: {self.exception}"
         parts = []
@@ -79,11 +112,39 @@ class Verdict:
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
+        """kind, rate_upper95 and summary are derived (for readers); from_json ignores them."""
         return {"kind": self.kind, "mode": self.mode, "reps": self.reps, "failures": self.failures,
                 "rate_upper95": self.rate_upper95, "summary": self.summary(),
                 "mismatch": self.mismatch.to_json() if self.mismatch else None,
                 "hazards": [h.to_json() for h in self.hazards], "fault": self.fault,
                 "exception": self.exception}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> "Verdict":
+        """The inverse of to_json; hazards come back as SavedHazard.  Raises ValueError on a bad body."""
+        try:
+            kind = body.get("kind")
+            if kind is not None and kind not in KINDS:
+                raise ValueError(f"'kind' must be one of {', '.join(KINDS)} or null, got {kind!r}")
+            mismatch = body.get("mismatch")
+            counts = {k: body[k] for k in ("reps", "failures")}
+            for name, value in counts.items():
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ValueError(f"{name!r} must be a non-negative integer, got {value!r}")
+            if body["mode"] not in MODES:
+                raise ValueError(f"'mode' must be one of {', '.join(MODES)}, got {body['mode']!r}")
+            verdict = cls(**counts, mode=body["mode"],
+                          mismatch=_mismatch_from_json(mismatch) if mismatch else None,
+                          hazards=[SavedHazard(dict(h)) for h in body.get("hazards") or []],
+                          fault=body.get("fault"), exception=body.get("exception"),
+                          fault_kind=kind if kind in FAULT_KINDS else "fault")
+        except KeyError as exc:
+            raise ValueError(f"missing {exc}") from None
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(str(exc)) from None
+        if verdict.kind != kind:
+            raise ValueError(f"'kind' is {kind!r} but its evidence says {verdict.kind!r}")
+        return verdict
 
 
 def _is_cuda_fault(exc: BaseException) -> bool:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cases import CONTRACTS, Case, case_from_json
+from .cases import Case, case_from_json
+from .contracts import NAMES as CONTRACTS
 from .engine import Verdict
 from .errors import CaseError, CrashFileError, UsageError
 
@@ -33,7 +34,12 @@ _REQUIRED = ("schema", "target", "contract", "device", "mode", "case", "verdict"
 
 @dataclass
 class Finding:
-    """A failing case for a target, after shrinking, with how it was found."""
+    """A failing case for a target, after shrinking, with how it was found.
+
+    ``to_json`` is the one serialisation: worker messages, resume state, the
+    CLI's JSON reports and the body of a crash file (which adds its own fields,
+    see ``to_record``) all hold it.
+    """
 
     target: str
     contract: str
@@ -45,6 +51,34 @@ class Finding:
     seconds_to_first: float = 0.0
     shrink_examples: int = 0
     path: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """kind, summary, case_hash, case_summary, reps and failures are derived, for readers."""
+        return {"target": self.target, "contract": self.contract, "device": self.device, "mode": self.mode,
+                "kind": self.verdict.kind, "summary": self.verdict.summary(),
+                "case_hash": self.case.content_hash(), "case_summary": self.case.describe(),
+                "case": self.case.to_json(), "reps": self.verdict.reps, "failures": self.verdict.failures,
+                "verdict": self.verdict.to_json(), "examples_to_first": self.examples_to_first,
+                "seconds_to_first": round(self.seconds_to_first, 3), "shrink_examples": self.shrink_examples,
+                "path": str(self.path) if self.path else None}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any], path: Path | None = None) -> "Finding":
+        """The inverse of to_json; also reads a crash file (older files keep the counts under "found").
+
+        Raises CaseError for a bad case, ValueError for a bad verdict, KeyError for a missing field.
+        """
+        found = {**body.get("found", {}), **{k: body[k] for k in _FOUND if k in body}}
+        where = body.get("path")
+        return cls(target=body["target"], contract=body["contract"], device=body["device"], mode=body["mode"],
+                   case=case_from_json(body["case"]), verdict=Verdict.from_json(body["verdict"]),
+                   examples_to_first=found.get("examples_to_first", 0),
+                   seconds_to_first=found.get("seconds_to_first", 0.0),
+                   shrink_examples=found.get("shrink_examples", 0),
+                   path=path if path is not None else Path(where) if where else None)
+
+
+_FOUND = ("examples_to_first", "seconds_to_first", "shrink_examples")
 
 
 def environment() -> dict[str, Any]:
@@ -77,26 +111,16 @@ def replay_command(path: Path, finding: Finding) -> str:
 
 
 def to_record(finding: Finding, path: Path) -> dict[str, Any]:
+    """A crash file's body: the finding's JSON (less its path: the file is where it is) and how to replay it."""
     from .targets import user_info
 
     info = user_info(finding.target) or {}
+    body = {k: v for k, v in finding.to_json().items() if k != "path"}
     return {
         "schema": CRASH_SCHEMA,
-        "target": finding.target,
-        "contract": finding.contract,
-        "device": finding.device,
-        "mode": finding.mode,
+        **body,
         "overlap": info.get("overlap", "full"),
         **({"target_path": info["target_path"]} if info.get("target_path") else {}),
-        "case_hash": finding.case.content_hash(),
-        "case_summary": finding.case.describe(),
-        "case": finding.case.to_json(),
-        "reps": finding.verdict.reps,
-        "failures": finding.verdict.failures,
-        "verdict": finding.verdict.to_json(),
-        "found": {"examples_to_first": finding.examples_to_first,
-                  "seconds_to_first": round(finding.seconds_to_first, 3),
-                  "shrink_examples": finding.shrink_examples},
         "environment": environment(),
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "replay": replay_command(path, finding),
@@ -152,6 +176,13 @@ class CrashRecord:
     def target_path(self) -> str | None:
         return self.body.get("target_path")
 
+    @property
+    def kind(self) -> str | None:
+        return self.body["verdict"].get("kind")
+
+    def finding(self) -> Finding:
+        return Finding.from_json(self.body, path=self.path)
+
 
 def _show(value) -> str:
     text = repr(value)
@@ -171,6 +202,7 @@ def _optional(check, what):
 
 
 _STR = (lambda v: isinstance(v, str)), "a string"
+_SECONDS = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0), "a non-negative number"
 _OBJECT = (lambda v: isinstance(v, dict)), "an object"
 _FIELDS: dict[str, tuple] = {  # field -> (check, what it must be); "case" and "schema" are checked apart
     "target": ((lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string"),
@@ -187,6 +219,9 @@ _FIELDS: dict[str, tuple] = {  # field -> (check, what it must be); "case" and "
     "replay": _STR,
     "time": _STR,
     "found": _OBJECT,
+    "examples_to_first": (_count, "a non-negative integer"),
+    "shrink_examples": (_count, "a non-negative integer"),
+    "seconds_to_first": _SECONDS,
     "environment": _OBJECT,
 }
 
@@ -195,9 +230,10 @@ def _check_fields(path: Path, body: dict[str, Any]) -> None:
     for name, (ok, what) in _FIELDS.items():
         if name in body and not ok(body[name]):
             raise CrashFileError(f"{path}: field {name!r} must be {what}, got {_show(body[name])}")
-    kind = body["verdict"].get("kind")
-    if kind is not None and not isinstance(kind, str):
-        raise CrashFileError(f"{path}: field 'verdict.kind' must be a string, got {_show(kind)}")
+    try:
+        Verdict.from_json(body["verdict"])
+    except ValueError as exc:
+        raise CrashFileError(f"{path}: field 'verdict' is not a verdict: {exc}") from None
     if "reps" in body and "failures" in body and body["failures"] > body["reps"]:
         raise CrashFileError(f"{path}: field 'failures' ({body['failures']}) is more than 'reps' ({body['reps']})")
 

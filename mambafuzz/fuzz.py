@@ -96,6 +96,29 @@ class TargetReport:
                     f"({len(self.rejected)} drawn case(s) rejected{first})")
         return ""
 
+    def to_json(self) -> dict:
+        """One target's result, as in every JSON report and the session's messages and resume state.
+
+        status and why are derived (for readers); from_json ignores them.
+        """
+        return {"target": self.target, "contract": self.contract, "status": self.status, "stop": self.stop,
+                "why": self.why or None, "detail": self.detail, "examples": self.examples, "reps": self.reps,
+                "failed_reps": self.failed_reps, "seconds": round(self.seconds, 3),
+                "min_examples": self.min_examples, "interrupted": self.interrupted, "written": self.written,
+                "rejected": list(self.rejected),
+                "finding": self.finding.to_json() if self.finding is not None else None}
+
+    @classmethod
+    def from_json(cls, body: dict) -> "TargetReport":
+        """The inverse of to_json (KeyError, ValueError or CaseError on a bad body)."""
+        finding = body.get("finding")
+        return cls(body["target"], body.get("contract", "?"), examples=body.get("examples", 0),
+                   reps=body.get("reps", 0), failed_reps=body.get("failed_reps", 0),
+                   seconds=body.get("seconds", 0.0), stop=body.get("stop", "not-run"), detail=body.get("detail"),
+                   interrupted=body.get("interrupted", False), written=body.get("written", False),
+                   rejected=list(body.get("rejected", [])), min_examples=body.get("min_examples", 1),
+                   finding=findings.Finding.from_json(finding) if finding else None)
+
 
 @dataclass
 class FuzzOptions:
@@ -112,6 +135,7 @@ class FuzzOptions:
     crashes_dir: Path | None = Path("crashes")
     profile: strategies.Profile = strategies.CPU
     errors_dir: Path = Path(".mambafuzz/errors")
+    contract_options: dict = field(default_factory=dict)  # the contracts' CliOptions by name (layout=, tiles=)
 
 
 def _seed_hypothesis(seed: int) -> None:
@@ -283,7 +307,8 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         report.detail = "not run: its share of --time was used up by the targets before it"
         report.finished = True
         return report
-    strategy = strategies.for_contract(target.contract, profile=opts.profile, overlap=target.overlap)
+    strategy = strategies.for_contract(target.contract, profile=opts.profile,
+                                       **{**opts.contract_options, "overlap": target.overlap})
     best = _Best(target, opts, report, start, on_finding)
 
     def shrink_end() -> float:

@@ -12,6 +12,10 @@ Each file gets one row, whatever happens to the others:
 still fails; else 2 if any could not run; else 3 if any was inconclusive;
 else 0.
 
+A file of kind ``fault``, ``crash`` or ``hang`` (and every file on ``cuda``)
+replays in a child process that sends its row back as JSON; a child that dies
+or stalls is still failing, with a verdict of kind ``crash`` or ``hang``.
+
 The target is the recorded one (a user ``module:function`` is imported from
 the file's ``target_path``), or ``--against``: a registry name, or
 ``module:function`` taking its contract and overlap from each crash file
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import findings
-from .engine import Verdict, run_case
+from .engine import FAULT_KINDS, Verdict, run_case
 from .errors import Inconclusive, InternalError, UsageError
 
 STILL_FAILING, FIXED, COULD_NOT_RUN, INCONCLUSIVE = "still failing", "fixed", "could not run", "inconclusive"
@@ -40,6 +44,12 @@ class ReplayRow:
     def to_json(self) -> dict:
         return {"path": str(self.path), "target": self.target, "status": self.status,
                 "verdict": self.verdict.to_json() if self.verdict else None, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, body: dict) -> "ReplayRow":
+        verdict = body.get("verdict")
+        return cls(Path(body["path"]), body["target"], body["status"],
+                   Verdict.from_json(verdict) if verdict else None, body.get("reason", ""))
 
 
 @dataclass(frozen=True)
@@ -109,19 +119,14 @@ def _child(path, device, reps, mode, against, conn) -> None:
         device_mod.select(device)
         row = replay_one(findings.load(path), device=device, reps=reps, mode=mode, against=against)
     except Exception as exc:  # noqa: BLE001 - answer with a row; dying would read as a crash finding
-        conn.send((str(path), COULD_NOT_RUN if isinstance(exc, UsageError) else INCONCLUSIVE, str(exc), None))
-        return
-    v = row.verdict
-    conn.send((row.target, row.status, row.reason,
-               None if v is None else (v.kind, v.summary(), v.failures, v.reps)))
+        row = ReplayRow(path, "?", COULD_NOT_RUN if isinstance(exc, UsageError) else INCONCLUSIVE, reason=str(exc))
+    conn.send(row.to_json())
 
 
 def replay_isolated(record: findings.CrashRecord, *, device: str, reps: int | None, mode: str | None,
                     against=None, timeout: float = 120.0) -> ReplayRow:
     """A crash or hang finding is replayed in a child process: it may kill or stall its process again."""
     import multiprocessing as mp
-
-    from .session import VerdictInfo
 
     against = _as_against(against)
     ctx = mp.get_context("spawn")
@@ -133,18 +138,21 @@ def replay_isolated(record: findings.CrashRecord, *, device: str, reps: int | No
     finished = recv.poll(timeout)
     if finished:
         try:
-            target, status, reason, v = recv.recv()
+            row = ReplayRow.from_json(recv.recv())
             proc.join(10)
-            return ReplayRow(record.path, name if status in (COULD_NOT_RUN, INCONCLUSIVE) else target, status,
-                             VerdictInfo(*v) if v else None, reason)
+            if row.status in (COULD_NOT_RUN, INCONCLUSIVE):
+                row.target = name
+            row.path = record.path
+            return row
         except EOFError:  # the child died before it could answer
             proc.join(10)
     if proc.is_alive():
         proc.kill()
         proc.join(10)
-    why = (f"crash: replay process died (exit code {proc.exitcode})" if finished
-           else f"hang: no result within {timeout:g} s")
-    return ReplayRow(record.path, name, STILL_FAILING, VerdictInfo("fault", why, 1, 1))
+    kind, why = (("crash", f"replay process died (exit code {proc.exitcode})") if finished
+                 else ("hang", f"no result within {timeout:g} s"))
+    verdict = Verdict(reps=1, failures=1, mode=mode or record.body["mode"], fault=why, fault_kind=kind)
+    return ReplayRow(record.path, name, STILL_FAILING, verdict)
 
 
 def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str | None = None,
@@ -159,7 +167,7 @@ def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str
         except findings.CrashFileError as exc:
             rows.append(ReplayRow(path, "?", COULD_NOT_RUN, reason=str(exc)))
             continue
-        if record.body["verdict"].get("kind") == "fault" or device == "cuda":
+        if record.kind in FAULT_KINDS or device == "cuda":
             rows.append(replay_isolated(record, device=device, reps=reps, mode=mode, against=against,
                                         timeout=timeout))
         else:

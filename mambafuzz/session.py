@@ -5,11 +5,12 @@ context broken for every later call; a kernel that hangs stops everything; a
 process can die outright.  So the session runs targets in worker processes and
 watches them.  Each worker announces every case before it runs it; when a
 worker dies, or sends nothing for `hang_timeout` seconds, the case in flight is
-the finding (kind `crash` or `hang`), saved like any other, and a fresh worker
+the finding (a Verdict of kind `crash` or `hang`), saved like any other, and a fresh worker
 takes the remaining targets.  With several GPUs one worker runs per GPU (all
 sharing the example database and crashes/); their counts are added up per
 target.  The session's progress is saved after every target, so an interrupted
-run (Ctrl-C, SIGTERM, time budget) resumes where it stopped.
+run (Ctrl-C, SIGTERM, time budget) resumes where it stopped.  Workers send, and
+the resume state holds, ``TargetReport.to_json`` and ``Finding.to_json``.
 """
 from __future__ import annotations
 
@@ -26,31 +27,12 @@ from typing import Any, Callable
 
 from . import findings, interrupt
 from .cases import case_from_json
+from .engine import Verdict
+from .errors import CaseError, UsageError
 from .findings import Finding, atomic_write_json
-from .errors import UsageError
 from .fuzz import TargetReport
 
 EXIT_CONTEXT_LOST = 17
-
-
-@dataclass
-class VerdictInfo:
-    """A worker's verdict as the parent sees it: enough to report and replay."""
-
-    kind: str | None
-    text: str
-    failures: int = 0
-    reps: int = 0
-
-    def summary(self) -> str:
-        return self.text
-
-    @property
-    def failed(self) -> bool:
-        return self.kind is not None
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "summary": self.text, "failures": self.failures, "reps": self.reps}
 
 
 @dataclass
@@ -87,8 +69,8 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         try:
             target = resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
         except UsageError as exc:
-            conn.send(("report", {"target": entry["spec"], "contract": entry.get("contract") or "?",
-                                  "stop": "not-run", "detail": str(exc)}))
+            conn.send(("report", TargetReport(entry["spec"], entry.get("contract") or "?", stop="not-run",
+                                              detail=str(exc)).to_json()))
             continue
         opts = FuzzOptions(**{**opts_fields, "deadline": entry.get("deadline")})
         conn.send(("target", target.name))
@@ -101,11 +83,10 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
             now = time.monotonic()
             if now - last[0] > 0.5:
                 last[0] = now
-                conn.send(("progress", _report_dict(report)))
+                conn.send(("progress", report.to_json()))
 
         def on_finding(finding):  # the parent knows of a failure as soon as it is on disk
-            conn.send(("found", {"target": target.name, "contract": target.contract,
-                                 "finding": _finding_json(finding)}))
+            conn.send(("found", finding.to_json()))
 
         try:
             report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding)
@@ -116,10 +97,10 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
             from .fuzz import _write_error
             detail = _write_error(opts, target.name, InternalError(
                 f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
-            conn.send(("report", {"target": target.name, "contract": target.contract,
-                                  "stop": "internal-error", "detail": detail}))
+            conn.send(("report", TargetReport(target.name, target.contract, stop="internal-error",
+                                              detail=detail).to_json()))
             continue
-        conn.send(("report", _report_dict(report)))
+        conn.send(("report", report.to_json()))
         if report.context_lost:
             conn.close()
             os._exit(EXIT_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
@@ -129,28 +110,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     conn.close()
 
 
-def _report_dict(report) -> dict:
-    body = {"target": report.target, "contract": report.contract, "examples": report.examples,
-            "reps": report.reps, "failed_reps": report.failed_reps, "seconds": report.seconds,
-            "interrupted": report.interrupted, "stop": report.stop, "detail": report.detail,
-            "min_examples": report.min_examples, "rejected": report.rejected[:5], "written": report.written}
-    if report.finding is not None:
-        body["finding"] = _finding_json(report.finding)
-    return body
-
-
 # --------------------------------------------------------------------- parent
-def _finding_from(body: dict, device: str, mode: str) -> Finding:
-    f = body["finding"]
-    found = Finding(target=body["target"], contract=body["contract"], device=device, mode=mode,
-                    case=case_from_json(f["case"]),
-                    verdict=VerdictInfo(f["kind"], f["summary"], f.get("failures", 0), f.get("reps", 0)),
-                    examples_to_first=f["examples_to_first"], seconds_to_first=f["seconds_to_first"],
-                    shrink_examples=f["shrink_examples"])
-    found.path = Path(f["path"]) if f.get("path") else None
-    return found
-
-
 @dataclass
 class SessionOptions:
     device: str
@@ -200,26 +160,19 @@ class Session:
     def _load_state(self) -> None:
         try:
             body = json.loads(self.state_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return
+            reports = {name: TargetReport.from_json(r) for name, r in body.get("reports", {}).items()}
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, CaseError):
+            return  # unreadable, or written by an older mambafuzz: start this session afresh
         self.done = set(body.get("done", []))
-        for name, r in body.get("reports", {}).items():
-            rep = TargetReport(name, r.get("contract", "?"), examples=r.get("examples", 0),
-                               reps=r.get("reps", 0), failed_reps=r.get("failed_reps", 0),
-                               seconds=r.get("seconds", 0.0), stop=r.get("stop", "max-examples"),
-                               detail=r.get("detail"), min_examples=r.get("min_examples", 1))
-            if r.get("finding"):
-                rep.finding = _finding_from(r, self.sopts.device, self.sopts.options["mode"])
-            self.reports[name] = rep
+        for rep in reports.values():
+            rep.interrupted = False  # done, or about to run again
+        self.reports.update(reports)
 
     def _save_state(self) -> None:
         if not self.state_path:
             return
-        body = {"key": self.key, "done": sorted(self.done), "reports": {
-            name: {**{k: getattr(r, k) for k in ("contract", "examples", "reps", "failed_reps", "seconds", "stop",
-                                                   "detail", "min_examples")},
-                   **({"finding": _finding_json(r.finding)} if r.finding else {})}
-            for name, r in self.reports.items()}}
+        body = {"key": self.key, "done": sorted(self.done),
+                "reports": {name: r.to_json() for name, r in self.reports.items()}}
         atomic_write_json(self.state_path, body)
 
     def resumed(self) -> list[str]:
@@ -236,6 +189,7 @@ class Session:
         return _Live(spec, process, parent_conn, list(remaining))
 
     def _merge(self, body: dict) -> None:
+        """Add one worker's TargetReport JSON (tagged with "_worker") to the target's report."""
         name = body["target"]
         rep = self.reports.get(name)
         if rep is None:
@@ -255,24 +209,21 @@ class Session:
         if body.get("interrupted"):
             rep.interrupted = True
         if body.get("finding"):
-            found = _finding_from(body, self.sopts.device, self.sopts.options["mode"])
+            found = Finding.from_json(body["finding"])
             if rep.finding is None or found.case.size <= rep.finding.case.size:
                 rep.finding, rep.written = found, body.get("written", False) or rep.written
 
     def _fault_finding(self, live: _Live, why: str, kind: str) -> None:
-        """The worker died or hung mid-case: that case is the finding."""
-        from .engine import Verdict
-
+        """The worker died or hung mid-case (`kind` crash or hang): that case is the finding."""
         name = live.current_target
         case = case_from_json(live.current_case)
-        verdict = Verdict(reps=1, failures=1, mode=self.sopts.options["mode"], fault=why)
+        verdict = Verdict(reps=1, failures=1, mode=self.sopts.options["mode"], fault=why, fault_kind=kind)
         finding = Finding(target=name, contract=case.contract, device=self.sopts.device,
                           mode=self.sopts.options["mode"], case=case, verdict=verdict)
         crashes_dir = self.sopts.options.get("crashes_dir")
         written = False
         if crashes_dir is not None:
             _, written = findings.save(finding, Path(crashes_dir))
-        finding.verdict = VerdictInfo(kind, why, 1, 1)
         self._merge({"target": name, "contract": case.contract, "_worker": f"dead-{live.spec.index}"})
         rep = self.reports[name]
         if rep.finding is None:
@@ -307,13 +258,11 @@ class Session:
                     live.remove(w)
                     if w.current_case is not None and w.current_target is not None:
                         if hung:
-                            self._fault_finding(w, f"hang: no progress for {self.sopts.hang_timeout:g} s", "hang")
+                            self._fault_finding(w, f"no progress for {self.sopts.hang_timeout:g} s", "hang")
                         else:
                             code = w.process.exitcode
-                            why = ("CUDA context lost after a fault" if code == EXIT_CONTEXT_LOST
-                                   else f"crash: worker died (exit code {code})")
-                            if code != EXIT_CONTEXT_LOST:
-                                self._fault_finding(w, why, "crash")
+                            if code != EXIT_CONTEXT_LOST:  # a CUDA fault: the worker reported it already
+                                self._fault_finding(w, f"worker died (exit code {code})", "crash")
                         self._finish_target(w, w.current_target)
                     remaining = [t for t in w.remaining if t["spec"] not in self.done]
                     if remaining and (hung or w.process.exitcode != 0):
@@ -381,7 +330,7 @@ class Session:
             rep = self.reports.get(body["target"])
             if rep is None:
                 rep = self.reports[body["target"]] = TargetReport(body["target"], body["contract"])
-            rep.finding = _finding_from(body, self.sopts.device, self.sopts.options["mode"])
+            rep.finding = Finding.from_json(body)
             rep.written = True
             self.on_update(self.reports)
         elif kind in ("progress", "report"):
@@ -394,13 +343,6 @@ class Session:
                 else:
                     self._finish_target(w, body["target"])
             self.on_update(self.reports)
-
-
-def _finding_json(f: Finding) -> dict:
-    return {"kind": f.verdict.kind, "summary": f.verdict.summary(), "case": f.case.to_json(),
-            "failures": getattr(f.verdict, "failures", 0), "reps": getattr(f.verdict, "reps", 0),
-            "path": str(f.path) if f.path else None, "examples_to_first": f.examples_to_first,
-            "seconds_to_first": f.seconds_to_first, "shrink_examples": f.shrink_examples}
 
 
 def plain_options(opts) -> dict:

@@ -59,22 +59,22 @@ def test_replay_bad_files_exit_2(tmp_path):
     (tmp_path / "newer.json").write_text(json.dumps({"schema": 99}))
     proc = mf("replay", "newer.json", "--json", cwd=tmp_path)
     assert proc.returncode == 2
-    assert "crash schema 99" in json.loads(proc.stdout)[0]["reason"]
+    assert "crash schema 99" in json.loads(proc.stdout)["files"][0]["reason"]
 
 
 def test_zoo_variant_found_saved_replayed_and_fixed(tmp_path):
     proc = mf("zoo", "--target", "zoo.TAIL-DROP", "--seed", "1", "--json", "--crashes-dir", "crashes",
               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    row = json.loads(proc.stdout)["variants"][0]
-    assert row["caught"] and row["kind"] == "mismatch"
-    path = tmp_path / row["path"]
+    row = json.loads(proc.stdout)["targets"][0]
+    assert row["caught"] and row["finding"]["kind"] == "mismatch"
+    path = tmp_path / row["finding"]["path"]
     body = json.loads(path.read_text())
     assert body["case"]["copies"] and len(body["case"]["copies"]) == 1
     replay = mf("replay", "crashes", "--json", cwd=tmp_path)
-    assert replay.returncode == 1 and json.loads(replay.stdout)[0]["status"] == "still failing"
+    assert replay.returncode == 1 and json.loads(replay.stdout)["files"][0]["status"] == "still failing"
     fixed = mf("replay", str(path), "--against", "triton.batch_memcpy", "--json", cwd=tmp_path)
-    assert fixed.returncode == 0 and json.loads(fixed.stdout)[0]["status"] == "fixed"
+    assert fixed.returncode == 0 and json.loads(fixed.stdout)["files"][0]["status"] == "fixed"
     # the recorded replay command works as written
     cmd = body["replay"].split()
     assert cmd[:2] == ["mambafuzz", "replay"]

@@ -52,10 +52,10 @@ def test_faulting_and_hanging_targets_are_findings_and_the_session_goes_on(workd
     assert rows["torch.batch_memcpy"]["status"] == "clean" and rows["torch.batch_memcpy"]["examples"] == 20
     for name in ("badk:crash", "badk:hang"):
         body = json.loads((workdir / rows[name]["finding"]["path"]).read_text())
-        assert body["verdict"]["kind"] == "fault" and body["case"]["copies"]
+        assert body["verdict"]["kind"] == rows[name]["finding"]["kind"] and body["case"]["copies"]
     # replaying them neither kills nor stalls the replay: each runs in its own child process
     replay = mf("replay", "crashes", "--timeout", "10", "--json", cwd=workdir)
-    got = {r["target"]: r for r in json.loads(replay.stdout)}
+    got = {r["target"]: r for r in json.loads(replay.stdout)["files"]}
     assert replay.returncode == 1, replay.stderr
     assert got["badk:crash"]["status"] == "still failing" and "died" in got["badk:crash"]["verdict"]["summary"]
     assert got["badk:hang"]["status"] == "still failing" and "hang" in got["badk:hang"]["verdict"]["summary"]
