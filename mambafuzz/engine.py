@@ -56,11 +56,6 @@ class SavedHazard:
         return self.body
 
 
-def _mismatch_from_json(body: dict[str, Any]) -> Mismatch:
-    return Mismatch(count=body["count"], total=body["total"], first=list(body.get("first", [])),
-                    accepted=list(body.get("accepted", [])), note=body.get("note", ""))
-
-
 @dataclass
 class Verdict:
     """k failing repetitions out of N, with the evidence of the first one."""
@@ -134,7 +129,7 @@ class Verdict:
             if body["mode"] not in MODES:
                 raise ValueError(f"'mode' must be one of {', '.join(MODES)}, got {body['mode']!r}")
             verdict = cls(**counts, mode=body["mode"],
-                          mismatch=_mismatch_from_json(mismatch) if mismatch else None,
+                          mismatch=Mismatch.from_json(mismatch) if mismatch else None,
                           hazards=[SavedHazard(dict(h)) for h in body.get("hazards") or []],
                           fault=body.get("fault"), exception=body.get("exception"),
                           fault_kind=kind if kind in FAULT_KINDS else "fault")

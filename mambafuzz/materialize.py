@@ -61,6 +61,11 @@ class Mismatch:
             out["note"] = self.note
         return out
 
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> "Mismatch":
+        return cls(count=body["count"], total=body["total"], first=list(body.get("first", [])),
+                   accepted=list(body.get("accepted", [])), note=body.get("note", ""))
+
 
 @dataclass
 class Materialized:
