@@ -2,7 +2,8 @@
 
 Every kernel here is tiny and runs in Triton's interpreter on a CPU uint8
 arena; the expected witnesses (bytes, offsets, lanes, source lines) are worked
-out by hand in the comments.
+out by hand in the comments.  The last sections test the hazard rules and the
+event store on hand-made numpy arrays, without running Triton.
 """
 import os
 import sys
@@ -390,10 +391,10 @@ def test_region_from_tensor_and_raw_start():
     rec.add_region("arena", arena)
     rec.add_region("head", arena.data_ptr(), 16)
     # the smallest region holding an address names it
-    assert rec._locate(arena.data_ptr() + 3) == ("head", 3)
-    assert rec._locate(arena.data_ptr() + 20) == ("arena", 20)
-    assert rec._locate(arena.data_ptr() + 40) == ("raw", 8)
-    assert rec._locate(arena.data_ptr() + 64) == (None, None)
+    assert rec.regions.locate(arena.data_ptr() + 3) == ("head", 3)
+    assert rec.regions.locate(arena.data_ptr() + 20) == ("arena", 20)
+    assert rec.regions.locate(arena.data_ptr() + 40) == ("raw", 8)
+    assert rec.regions.locate(arena.data_ptr() + 64) == (None, None)
     with pytest.raises(ValueError):
         rec.add_region("bad", 1234)
 
@@ -566,7 +567,7 @@ def test_random_patterns_match_brute_force():
 
 
 # --------------------------------------------------------------------------
-# the builder-signature adapter (racecheck._param_reader)
+# the builder-signature adapter (racecheck.hooks._param_reader)
 # --------------------------------------------------------------------------
 class _Builder38:
     """Triton 3.5..3.8's interpreter builder signatures."""
@@ -600,7 +601,7 @@ class _BuilderNoMask(_Builder38):
     (_BuilderMoved, (1, 0), (2, 1), (2, 0)),
 ])
 def test_param_reader_finds_pointer_and_mask_by_name(cls, load_pos, store_pos, rmw_pos):
-    from mambafuzz.racecheck import _param_reader
+    from mambafuzz.racecheck.hooks import _param_reader
     b = cls()
     for hook, (p_at, m_at) in (("create_masked_load", load_pos), ("create_masked_store", store_pos),
                                ("create_atomic_rmw", rmw_pos)):
@@ -618,7 +619,7 @@ def test_param_reader_finds_pointer_and_mask_by_name(cls, load_pos, store_pos, r
 
 
 def test_param_reader_refuses_a_builder_without_the_names():
-    from mambafuzz.racecheck import _param_reader
+    from mambafuzz.racecheck.hooks import _param_reader
     with pytest.raises(RuntimeError, match="create_masked_load.*no parameter named mask"):
         _param_reader(_BuilderNoMask(), "create_masked_load")
     assert _param_reader(_BuilderNoMask(), "create_masked_store")(("p", "v", "m", None, None), {}) == ("p", "m")
@@ -626,7 +627,255 @@ def test_param_reader_refuses_a_builder_without_the_names():
 
 def test_param_reader_reads_the_class_not_a_wrapper():
     """A patched instance attribute (*args, **kwargs) does not hide the real names."""
-    from mambafuzz.racecheck import _param_reader
+    from mambafuzz.racecheck.hooks import _param_reader
     b = _Builder39()
     b.create_masked_load = lambda *args, **kwargs: None
     assert _param_reader(b, "create_masked_load")(("p", "m", None, None, False), {}) == ("p", "m")
+
+
+# --------------------------------------------------------------------------
+# re-entrancy: one recorder at a time; a hook re-entered by the interpreter records once
+# --------------------------------------------------------------------------
+def test_recorders_do_not_nest():
+    arena = make_arena()
+    inner = RaceRecorder()
+    with RaceRecorder() as outer:
+        with pytest.raises(RuntimeError, match="already active"):
+            with outer:
+                pass
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with inner:
+                pass
+        # the refusals left the first recorder recording: program 0 stores
+        # arena+8 (lane 0), which program 1 loads
+        block_copy[(4,)](arena, arena[8:], BLOCK=8)
+    assert [(h.kind, h.address) for h in outer.hazards] == [("cross-program", arena.data_ptr() + 8)]
+    assert outer.stats["programs"] == 4
+    assert inner.hazards == [] and inner.stats["launches"] == 0
+    assert patched_names() == set()
+    # once the first has left, another may record
+    with RaceRecorder({"arena": (arena.data_ptr(), arena.numel())}) as again:
+        block_copy[(4,)](arena, arena[8:], BLOCK=8)
+    assert [(h.kind, h.offset) for h in again.hazards] == [("cross-program", 8)]
+
+
+def test_a_hook_reentered_by_the_interpreter_records_once(monkeypatch):
+    """An interpreter whose compare-and-swap loads through the (patched) masked load."""
+    ib = _interp.interpreter_builder
+    names = list(inspect.signature(type(ib).create_atomic_cas).parameters)[1:]
+    assert names[0] == "ptr", names
+
+    def create_atomic_cas(self, ptr, *rest):
+        on = _interp.TensorHandle(np.ones(ptr.data.shape, dtype=bool), tl.int1)
+        return _call(self, "create_masked_load", True, ptrs=ptr, mask=on)  # re-enters a hook
+
+    create_atomic_cas.__signature__ = inspect.signature(type(ib).create_atomic_cas)
+    monkeypatch.setattr(type(ib), "create_atomic_cas", create_atomic_cas)
+    buf = torch.zeros(16, dtype=torch.uint8)
+    base = (buf.data_ptr() + 7) // 8 * 8
+    ptr = _interp.TensorHandle(np.array([base + 1], dtype=np.uint64), tl.pointer_type(tl.uint32))
+    with RaceRecorder({"buf": (buf.data_ptr(), 16)}) as rec:
+        ib.set_grid_dim(1, 1, 1)
+        ib.set_grid_idx(0, 0, 0)
+        ib.create_atomic_cas(ptr, None, None, None, None)
+    # one event, the atomic: the inner load (also misaligned, from another line) is not recorded
+    assert rec.stats["events"] == 1 and rec.stats["accesses"] == 1
+    (h,) = rec.hazards
+    assert (h.kind, h.first.op, h.address) == ("misaligned", "atomic", base + 1)
+    assert patched_names() == set()
+
+
+# --------------------------------------------------------------------------
+# the rules on hand-made arrays (no Triton runs; mambafuzz.racecheck.rules imports numpy only)
+# --------------------------------------------------------------------------
+from mambafuzz.racecheck import rules  # noqa: E402
+from mambafuzz.racecheck.events import EventStore, Regions, OP_LOAD, OP_STORE  # noqa: E402
+
+_OPS = {"load": (False, False), "store": (True, False), "atomic": (False, True)}
+
+
+def flat_launch(*events):
+    """A FlatLaunch from events (op, program, segment, shape_id, elem_size, line_id, addrs); lanes 0..n-1."""
+    counts = [len(e[6]) for e in events]
+    col = lambda k: np.array([e[k] for e in events], dtype=np.int64)  # noqa: E731
+    return rules.FlatLaunch(
+        is_store=np.array([_OPS[e[0]][0] for e in events]), is_atomic=np.array([_OPS[e[0]][1] for e in events]),
+        program=col(1), segment=col(2), shape_id=col(3), elem_size=col(4), line_id=col(5),
+        first_elem=np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64),
+        addr=np.concatenate([np.asarray(e[6], dtype=np.int64) for e in events]),
+        lane=np.concatenate([np.arange(c, dtype=np.int64) for c in counts]),
+        event=np.repeat(np.arange(len(events)), counts).astype(np.int64))
+
+
+def conflicts(c):
+    return (c.store.tolist(), c.other.tolist(), c.byte.tolist())
+
+
+NONE = ([], [], [])
+
+
+def test_rules_import_numpy_only():
+    import subprocess
+    path = Path(rules.__file__)
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('rules_alone', {str(path)!r})\n"
+            "m = importlib.util.module_from_spec(spec); sys.modules['rules_alone'] = m\n"
+            "spec.loader.exec_module(m)\n"
+            "print(sorted(n for n in ('triton', 'torch', 'mambafuzz') if n in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_rule_misaligned_lowest_per_line_in_address_order():
+    # positions: 0..3 line 0 u32 at 0, 4, 9, 13 (9 and 13 misaligned); 4: line 1 u16 at 7;
+    # 5: line 0 u32 at 5; 6: line 1 u64 at 7 (ties position 4: the first wins)
+    addr = np.array([0, 4, 9, 13, 7, 5, 7])
+    size = np.array([4, 4, 4, 4, 2, 4, 8])
+    line = np.array([0, 0, 0, 0, 1, 0, 1])
+    # line 0: lowest misaligned is 5 (position 5); line 1: 7 (position 4); by address: 5, then 7
+    assert rules.misaligned_elements(addr, size, line).tolist() == [5, 4]
+    assert rules.misaligned_elements(addr[:2], size[:2], line[:2]).tolist() == []
+
+
+def test_rule_intra_program_needs_two_lanes_one_segment_and_a_store():
+    # one program: lanes 0..3 load 8..11 (line 0), then lanes 0..3 store 6..9 (line 1).
+    # Byte 8: loaded by lane 0 (position 0), stored by lane 2 (position 4 + 2); byte 9: lanes 1, 3.
+    load = ("load", 0, 1, 1, 1, 0, [8, 9, 10, 11])
+    store = ("store", 0, 1, 1, 1, 1, [6, 7, 8, 9])
+    f = rules.find_hazards(flat_launch(load, store))
+    assert conflicts(f.intra_program) == ([6], [0], [8])     # one witness per line pair, lowest byte
+    assert conflicts(f.cross_program) == NONE and f.misaligned.tolist() == []
+    # a barrier between them (a new segment): ordered
+    f = rules.find_hazards(flat_launch(load, ("store", 0, 2, 1, 1, 1, [6, 7, 8, 9])))
+    assert conflicts(f.intra_program) == NONE
+    # loads alone never race
+    f = rules.find_hazards(flat_launch(load, ("load", 0, 1, 1, 1, 1, [6, 7, 8, 9])))
+    assert conflicts(f.intra_program) == NONE
+
+
+def test_rule_same_lane_is_program_order_but_a_scalar_is_another_lane():
+    # lanes 0..3 of shape 1 load 0..3 and store 0..3: each byte has one lane: no hazard
+    f = rules.find_hazards(flat_launch(("load", 0, 1, 1, 1, 0, [0, 1, 2, 3]),
+                                       ("store", 0, 1, 1, 1, 1, [0, 1, 2, 3])))
+    assert conflicts(f.intra_program) == NONE
+    # a scalar (shape 0, lane 0) loads byte 0 that lane 0 of shape 1 stores
+    f = rules.find_hazards(flat_launch(("load", 0, 1, 0, 1, 0, [0]),
+                                       ("store", 0, 1, 1, 1, 1, [0, 1, 2, 3])))
+    assert conflicts(f.intra_program) == ([1], [0], [0])
+
+
+def test_rule_broadcast_store_overlaps_itself():
+    # one event, 4 lanes all storing byte 5: the sweep keeps it although it is alone;
+    # the witness is the first store (lane 0) and the first other lane (lane 1)
+    flat = flat_launch(("store", 0, 1, 1, 1, 0, [5, 5, 5, 5]))
+    assert rules.suspect_events(flat, flat.elem_size[flat.event]).tolist() == [True]
+    assert conflicts(rules.find_hazards(flat).intra_program) == ([0], [1], [5])
+    # increasing addresses cannot overlap: nothing to look at
+    flat = flat_launch(("store", 0, 1, 1, 1, 0, [5, 6, 7, 8]))
+    assert rules.suspect_events(flat, flat.elem_size[flat.event]) is None
+
+
+def test_rule_cross_program_needs_two_programs_and_a_plain_store():
+    # program p (segment p+1) loads 8p..8p+7 (line 0) and stores 8p+8..8p+15 (line 1):
+    # byte 8 is stored by program 0 (position 8) and loaded by program 1 (position 16)
+    events = []
+    for p in range(2):
+        events += [("load", p, p + 1, 1, 1, 0, list(range(8 * p, 8 * p + 8))),
+                   ("store", p, p + 1, 1, 1, 1, list(range(8 * p + 8, 8 * p + 16)))]
+    f = rules.find_hazards(flat_launch(*events))
+    assert conflicts(f.cross_program) == ([8], [16], [8])
+    assert conflicts(f.intra_program) == NONE
+    # an atomic is not a plain access: a store and an atomic of another program do not race
+    f = rules.find_hazards(flat_launch(("store", 0, 1, 0, 4, 0, [0]), ("atomic", 1, 2, 0, 4, 1, [0])))
+    assert conflicts(f.cross_program) == NONE
+    # a store and a load of another program at different bytes do not race either
+    f = rules.find_hazards(flat_launch(("store", 0, 1, 0, 4, 0, [0]), ("load", 1, 2, 0, 4, 1, [4])))
+    assert conflicts(f.cross_program) == NONE
+
+
+def test_rule_bytes_compared_across_sizes_and_misalignment():
+    # u8 lanes 0..7 load 0..7, a scalar u32 store at 4: bytes 4..7 shared; lowest 4 is
+    # stored by position 8 and loaded by lane 4 (position 4)
+    f = rules.find_hazards(flat_launch(("load", 0, 1, 1, 1, 0, list(range(8))), ("store", 0, 1, 0, 4, 1, [4])))
+    assert conflicts(f.intra_program) == ([8], [4], [4])
+    # one size, but misaligned: a u16 store at 1 (bytes 1, 2) and a u16 load at 2 (bytes 2, 3)
+    # share byte 2 although their addresses differ
+    f = rules.find_hazards(flat_launch(("store", 0, 1, 0, 2, 0, [1]), ("load", 0, 1, 1, 2, 1, [2])))
+    assert f.misaligned.tolist() == [0]
+    assert conflicts(f.intra_program) == ([0], [1], [2])
+
+
+def test_expand_to_bytes():
+    addr, elems = np.array([0, 10]), np.array([3, 7])
+    b, e = rules.expand_to_bytes(addr, elems, np.array([2, 4]), elementwise_ok=True)
+    assert (b.tolist(), e.tolist()) == ([0, 1, 10, 11, 12, 13], [3, 3, 7, 7, 7, 7])
+    b, e = rules.expand_to_bytes(addr, elems, np.array([2, 2]), elementwise_ok=False)
+    assert (b.tolist(), e.tolist()) == ([0, 1, 10, 11], [3, 3, 7, 7])
+    b, e = rules.expand_to_bytes(addr, elems, np.array([4, 4]), elementwise_ok=True)
+    assert (b.tolist(), e.tolist()) == ([0, 10], [3, 7])
+
+
+def test_first_conflicts_one_witness_per_line_pair():
+    # groups [0, 1], [2, 3], [4, 5], [6, 7] of a sorted order
+    new_group = np.array([False, True, False, True, False, True, False])
+    is_store = np.array([True, False, True, False, True, False, False, True])
+    who = np.array([0, 1, 0, 1, 0, 0, 5, 6])
+    line = np.array([1, 0, 1, 0, 2, 0, 3, 2])
+    # group 0: store 0 (who 0), other 1 (who 1), lines (1, 0); group 1: the same lines, dropped;
+    # group 2: one who, no race; group 3: a load by who 5 comes before the store by who 6
+    store, other = rules.first_conflicts(new_group, is_store, who, line)
+    assert (store.tolist(), other.tolist()) == ([0, 7], [1, 6])
+    # every group a single entry
+    store, other = rules.first_conflicts(np.ones(3, dtype=bool), np.ones(4, dtype=bool), np.arange(4), np.zeros(4))
+    assert store.tolist() == other.tolist() == []
+
+
+# --------------------------------------------------------------------------
+# the event store and the fence, fed numpy arrays (no Triton)
+# --------------------------------------------------------------------------
+def test_fence_union_of_regions():
+    regions = Regions()
+    assert not regions.fenced
+    regions.add("a", 1000, 16)
+    regions.add("b", 1016, 16)          # touches a: one interval [1000, 1032)
+    regions.add("c", 1040, 8)
+    regions.add("empty", 5000, 0)
+    assert regions.fenced
+    inside = np.array([1000, 1012, 1024, 1040], dtype=np.int64)
+    assert regions.first_outside(inside, 8) == -1            # 1012..1019 spans a and b
+    assert regions.first_outside(np.array([1000, 1028], dtype=np.int64), 8) == 1   # 1028..1035
+    assert regions.first_outside(np.array([1044, 1036], dtype=np.int64), 4) == 1    # the gap
+    assert regions.first_outside(np.array([1000, -1], dtype=np.int64), 1) == 1
+    assert regions.first_outside(np.array([5000], dtype=np.int64), 1) == 0
+    assert regions.locate(1020) == ("b", 4) and regions.address_text(1020) == "b+4"
+    assert regions.address_text(1036) == hex(1036)
+    regions.add_launch_storage("clone", 1040, 8)            # known: not added again
+    assert [n for n, _, _ in regions.named] == ["a", "b", "c", "empty"]
+    unfenced = Regions()
+    unfenced.add_launch_storage("clone", 0, 8)              # no fence asked for: stays off
+    assert not unfenced.fenced
+
+
+def test_event_store_keeps_active_lanes_and_refuses_before_storing():
+    regions = Regions()
+    regions.add("buf", 100, 32)
+    store = EventStore(regions)
+    store.start_program(2, 0, 0)
+    ptrs = np.array([[100, 101], [102, 103]], dtype=np.uint64)
+    store.record(OP_LOAD, ptrs, np.array([[True, False], [True, True]]), 1, "k.py:1: a")
+    store.record(OP_STORE, ptrs, np.zeros((2, 2), dtype=bool), 1, "k.py:2: b")   # no lane on
+    store.barrier()
+    store.record(OP_STORE, np.array([104], dtype=np.uint64), None, 4, "k.py:3: c")  # a scalar
+    flat = store.flatten()
+    assert flat.addr.tolist() == [100, 102, 103, 104] and flat.lane.tolist() == [0, 2, 3, 0]
+    assert flat.segment.tolist() == [1, 2] and flat.shape_id.tolist() == [1, 0]
+    assert flat.first_elem.tolist() == [0, 3] and flat.is_store.tolist() == [False, True]
+    assert store.access(flat, 2) == Access("load", (2, 0, 0), 3, (2, 2), 0, "k.py:1: a", 1, 103)
+    assert store.access(flat, 3).epoch == 1
+    with pytest.raises(OutOfBoundsAccess) as info:
+        store.record(OP_STORE, np.array([128, 130], dtype=np.uint64), None, 4, "k.py:4: d")
+    h = info.value.hazard
+    assert (h.kind, h.address, h.first.lane, h.first.op) == ("out-of-bounds", 130, 1, "store")
+    assert "buf [0x64, +32)" in h.explanation
+    assert store.stats == {"launches": 0, "programs": 1, "events": 2, "accesses": 4, "bytes": 7}

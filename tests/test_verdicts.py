@@ -78,17 +78,17 @@ def test_an_error_inside_triton_is_inconclusive_naming_the_kernel_line():
 
 
 def test_an_error_in_mambafuzz_itself_is_internal(monkeypatch):
-    from mambafuzz import racecheck
+    from mambafuzz.racecheck import events
 
     class NoNumpy:  # every numpy call the recorder makes now fails inside racecheck.py
         def __getattr__(self, name):
             raise ZeroDivisionError(f"recorder bug at np.{name}")
 
-    monkeypatch.setattr(racecheck, "np", NoNumpy())
+    monkeypatch.setattr(events, "np", NoNumpy())
     with pytest.raises(InternalError) as info:
         run_case(registry.get("triton.batch_memcpy").fn, CASE, "cpu")
     assert "internal error in mambafuzz" in str(info.value) and "ZeroDivisionError" in str(info.value)
-    assert "racecheck.py" in info.value.traceback
+    assert "racecheck/events.py" in info.value.traceback
 
 
 def test_classify_known_limit_names_the_construct_and_the_first_release():
