@@ -1,24 +1,60 @@
-"""Helpers shared by the test files (a plain module: test files never import each other)."""
+"""Helpers shared by the test files (a plain module: test files never import each other).
+
+``pyproject.toml`` puts ``tests/`` on pytest's path, so every test folder
+imports this as ``common``.
+"""
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+
+from mambafuzz.contracts import BatchCopyCase
+from mambafuzz.fuzz import FuzzOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# 24 bytes moved by 8 inside a 128-byte arena, left and right
+LEFT_SHIFT = BatchCopyCase(arena_size=128, copies=((16, 8, 24),), seed=3)
+RIGHT_SHIFT = BatchCopyCase(arena_size=128, copies=((8, 16, 24),), seed=3)
 
-def mf_env(cwd, env_extra=None) -> dict:
-    """The environment a user's shell gives `mambafuzz`: the checkout and cwd importable, 80 columns."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", "COLUMNS": "80"}
+
+def fuzz_options(tmp_path, **kw) -> FuzzOptions:
+    """CPU fuzz options for a test: its own database and crashes folder under `tmp_path`."""
+    base = dict(device="cpu", mode="race", reps=1, max_examples=60, seed=0,
+                database=str(tmp_path / "db"), crashes_dir=tmp_path / "crashes", shrink_budget=300)
+    base.update(kw)
+    return FuzzOptions(**base)
+
+
+def python_memmove(src_ptrs, dst_ptrs, sizes, *, arena):
+    """A correct user kernel: memmove through a clone."""
+    base = arena.data_ptr()
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+
+
+def forward_bytes(src_ptrs, dst_ptrs, sizes, *, arena):
+    """A byte-at-a-time forward copy: right for left overlaps, wrong for right ones."""
+    base = arena.data_ptr()
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        for i in range(n):
+            arena[d - base + i] = arena[s - base + i]
+
+
+def mf_env(cwd, env_extra=None, pythonpath=None, columns=80) -> dict:
+    """The environment a user's shell gives `mambafuzz`: the checkout and cwd importable."""
+    env = {**os.environ, "PYTHONPATH": pythonpath or f"{ROOT}{os.pathsep}{cwd}", "COLUMNS": str(columns)}
     env.pop("TRITON_INTERPRET", None)  # the CLI chooses the mode itself
     env.update(env_extra or {})
     return env
 
 
-def mf(*args, cwd, env_extra=None, timeout=600):
+def mf(*args, cwd, env_extra=None, timeout=600, pythonpath=None, columns=80):
     """Run `python -m mambafuzz.cli ARGS` in `cwd` as a user would; returns the CompletedProcess."""
     return subprocess.run([sys.executable, "-m", "mambafuzz.cli", *map(str, args)], cwd=cwd,
-                          env=mf_env(cwd, env_extra), capture_output=True, text=True, timeout=timeout)
+                          env=mf_env(cwd, env_extra, pythonpath, columns), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def mf_popen(*args, cwd, env_extra=None):
@@ -33,3 +69,53 @@ def one_line_error(proc, *needles, code=2):
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+# The prelude every sm_90 compile check starts with: imports, the target, ``comp`` and the kernels' signatures.
+# ``NO_DELAY`` are the race-amplification constexprs switched off.
+COMPILE_PRELUDE = r'''
+import os, sys
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from mambafuzz.kernels.batch_memcpy import _batch_memcpy_kernel
+from mambafuzz.kernels.state_copy import _state_copy_kernel, FLAG_NAMES
+from mambafuzz.kernels.postprocess import _postprocess_kernel
+target = GPUTarget("cuda", 90, 32)
+NO_DELAY = {"DELAY_POS": 0, "DELAY_NS": 0, "SCHEDULE": 0}
+
+def comp(fn, sig, consts, num_warps=4):
+    sig = {**sig, **{k: "constexpr" for k in consts}}
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target,
+                       options={"num_warps": num_warps, "num_stages": 1})
+    assert "cubin" in k.asm
+    return k
+
+BM_FLAGS = ("NOGUARD_LEFT", "FORWARD_RIGHT", "DROP_TAIL", "CHECK_DST_ALIGN_ONLY")
+BM_SIG = {"src_ptrs": "*i64", "dst_ptrs": "*i64", "sizes": "*i64", "seed": "i32"}
+SC_SIG = {"meta_ptr": "*i64", "bt_ptr": "*i32", "src_cols": "*i32", "dst_cols": "*i32",
+          "biases": "*i32", "num_tiles": "i32", "R": "i32", "C": "i32", "seed": "i32"}
+PP_SIG = {"meta_ptr": "*i64", "bt_ptr": "*i32", "num_computed": "*i32", "num_scheduled": "*i32",
+          "num_draft": "*i32", "accepted_in": "*i32", "num_accepted": "*i32", "state_idx": "*i32",
+          "block_size": "i32", "num_tiles": "i32", "S": "i32", "R": "i32", "C": "i32", "seed": "i32"}
+'''
+
+
+def compile_for_sm90(body: str, timeout: int = 600) -> str:
+    """Run ``COMPILE_PRELUDE + body`` in a fresh compiled-mode process; its stdout.
+
+    Skips when Triton's NVIDIA backend is missing; fails unless the process
+    exits 0 and prints ``compiled``.
+    """
+    try:
+        from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
+    except Exception as exc:  # pragma: no cover
+        import pytest
+        pytest.skip(f"Triton's NVIDIA backend is not available: {exc}")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    r = subprocess.run([sys.executable, "-c", COMPILE_PRELUDE + body], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
+    return r.stdout

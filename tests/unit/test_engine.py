@@ -18,30 +18,10 @@ from mambafuzz.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.materialize import fill_bytes, materialize
 from mambafuzz.replay import replay
 
-LEFT_SHIFT = BatchCopyCase(arena_size=128, copies=((16, 8, 24),), seed=3)  # 24 bytes moved left by 8
-RIGHT_SHIFT = BatchCopyCase(arena_size=128, copies=((8, 16, 24),), seed=3)
-
-
-def _opts(tmp_path, **kw):
-    base = dict(device="cpu", mode="race", reps=1, max_examples=60, seed=0,
-                database=str(tmp_path / "db"), crashes_dir=tmp_path / "crashes", shrink_budget=300)
-    base.update(kw)
-    return FuzzOptions(**base)
-
-
-def _python_memmove(src_ptrs, dst_ptrs, sizes, *, arena):
-    """A correct user kernel: memmove through a clone."""
-    base = arena.data_ptr()
-    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
-        arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
-
-
-def _forward_bytes(src_ptrs, dst_ptrs, sizes, *, arena):
-    """A byte-at-a-time forward copy: right for left overlaps, wrong for right ones."""
-    base = arena.data_ptr()
-    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
-        for i in range(n):
-            arena[d - base + i] = arena[s - base + i]
+from common import LEFT_SHIFT, RIGHT_SHIFT  # noqa: E402
+from common import forward_bytes as _forward_bytes  # noqa: E402
+from common import fuzz_options as _opts  # noqa: E402
+from common import python_memmove as _python_memmove  # noqa: E402
 
 
 def test_materialized_snapshot_and_expectation_from_the_oracle():

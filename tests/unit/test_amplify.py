@@ -8,7 +8,7 @@ amplifiable targets; perturbed kernels still equal the oracle in the
 interpreter (where the delay compiles to nothing) and the race recorder still
 flags the racy ones; the perturbed kernels compile for sm_90 with no GPU.
 
-GPU (``MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/test_amplify.py``): the
+GPU (``MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/unit/test_amplify.py``): the
 correct kernels never fail under perturbation, and the racy zoo variants that
 plain repetition misses corrupt under some perturbation.
 """
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -36,7 +36,7 @@ from mambafuzz.errors import CaseError  # noqa: E402
 from mambafuzz.materialize import materialize  # noqa: E402
 from mambafuzz.reduce import candidates  # noqa: E402
 from mambafuzz.oracle import PoolLayout  # noqa: E402
-from test_kernels import compile_for_sm90  # noqa: E402  (the sm_90 compile helper)
+from common import compile_for_sm90  # noqa: E402  (the sm_90 compile helper)
 
 INTERP = kernels.INTERPRETED
 interp_only = pytest.mark.skipif(not INTERP, reason="needs TRITON_INTERPRET=1")
@@ -326,9 +326,9 @@ def test_perturbed_kernels_compile_for_sm90_without_a_gpu():
 
 # ---------------------------------------------------------------- GPU
 def _gpu_racy():
-    sys.path.insert(0, str(ROOT / "bench"))
-    import gpu_racy
-    return gpu_racy
+    """The hand-built GPU geometries (mambafuzz.racy_cases)."""
+    from mambafuzz import racy_cases
+    return racy_cases
 
 
 GPU_PERTURBS = [(1, 2000, 1, 0, 4), (1, 2000, 1, 0, 8), (2, 2000, 1, 0, 4), (1, 8000, 2, 0, 4),

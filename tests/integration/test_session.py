@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from test_cli import ROOT, mf, one_line_error
+from common import ROOT, mf, one_line_error
 
 BAD_TARGETS = textwrap.dedent('''
     import os, signal, time

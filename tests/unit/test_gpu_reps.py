@@ -4,7 +4,7 @@ On the CPU: the batching / graph-fallback decisions with fakes, check_restore
 through Triton's interpreter on hand-made buffers (exact byte counts, arena
 restored), and run_reps end to end in loop mode and with a fake "graph" (an
 object whose replay() runs the recorded body eagerly).  With
-``MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/test_gpu_reps.py`` the same
+``MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/unit/test_gpu_reps.py`` the same
 check_restore tests run compiled, plus run_reps with real CUDA graphs.
 """
 import os
@@ -17,8 +17,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
+ROOT = Path(__file__).resolve().parents[2]
+for p in (ROOT,):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -39,12 +39,9 @@ else:
 
 
 def _racy():
-    """bench/gpu_racy's case builders (its import sets TRITON_INTERPRET=0: put it back)."""
-    saved = os.environ.get("TRITON_INTERPRET")
-    import gpu_racy
-    if saved is not None:
-        os.environ["TRITON_INTERPRET"] = saved
-    return gpu_racy
+    """The hand-built GPU geometries (mambafuzz.racy_cases)."""
+    from mambafuzz import racy_cases
+    return racy_cases
 
 
 # --------------------------------------------------------------------------
@@ -477,7 +474,7 @@ def test_run_case_on_the_cpu_does_not_use_the_device_path(monkeypatch):
 
 
 # --------------------------------------------------------------------------
-# GPU: real CUDA graphs (MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/test_gpu_reps.py)
+# GPU: real CUDA graphs (MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/unit/test_gpu_reps.py)
 # --------------------------------------------------------------------------
 GPU_CASES = [
     ("triton.batch_memcpy", lambda r: r.batch_rows(128, 32 << 10, -16)),

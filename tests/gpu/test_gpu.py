@@ -10,13 +10,9 @@ pytestmark = pytest.mark.gpu
 
 
 def _cases():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    import gpu_racy
-
-    return gpu_racy
+    """The hand-built GPU geometries (mambafuzz.racy_cases)."""
+    from mambafuzz import racy_cases
+    return racy_cases
 
 
 @pytest.mark.parametrize("name", ["triton.batch_memcpy", "triton.state_copy", "triton.postprocess",

@@ -8,23 +8,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, mf as _mf, one_line_error  # noqa: F401
 
 
 def mf(*args, cwd, env_extra=None, timeout=600):
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", "COLUMNS": "200"}
-    env.pop("TRITON_INTERPRET", None)  # the CLI chooses the mode itself
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "mambafuzz.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def one_line_error(proc, *needles):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+    return _mf(*args, cwd=cwd, env_extra=env_extra, timeout=timeout, columns=200)
 
 
 def test_list_json(tmp_path):

@@ -19,7 +19,7 @@ from mambafuzz.contracts import StateCopyCase
 from mambafuzz.engine import run_case
 from mambafuzz.oracle import PoolLayout
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests.style_kernels.state:"
 
 

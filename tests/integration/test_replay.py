@@ -20,15 +20,12 @@ from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.fuzz import check_database
 from mambafuzz.oracle import PoolLayout
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, mf as _mf  # noqa: E402
 
 
 def mf(*args, cwd, pythonpath=None, timeout=120):
     """`python -m mambafuzz.cli` as a user runs it (PYTHONPATH: the checkout and `cwd` unless given)."""
-    env = {**os.environ, "PYTHONPATH": pythonpath or f"{ROOT}{os.pathsep}{cwd}", "COLUMNS": "200"}
-    env.pop("TRITON_INTERPRET", None)  # the CLI chooses the mode itself
-    return subprocess.run([sys.executable, "-m", "mambafuzz.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return _mf(*args, cwd=cwd, pythonpath=pythonpath, timeout=timeout, columns=200)
 
 
 # A correct user adapter: the project's Triton kernel behind the documented batch_memcpy contract.

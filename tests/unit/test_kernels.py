@@ -3,7 +3,7 @@
 On a CPU-only machine every kernel runs through Triton's interpreter (the
 conftest sets ``TRITON_INTERPRET=1`` before anything imports ``kernels``).  Run
 the same file compiled on a GPU with ``TRITON_INTERPRET=0 pytest -m gpu
-tests/test_kernels.py``: the device parameter then becomes ``cuda``.
+tests/unit/test_kernels.py``: the device parameter then becomes ``cuda``.
 
 Expected values come ONLY from the numpy oracle (``oracle``) applied to an
 unmodified snapshot of the arena, never from a second copy implementation.
@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from common import compile_for_sm90
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -823,38 +824,8 @@ def test_registry_import_does_not_import_mambafuzz():
 
 # --------------------------------------------------------------------------
 # compiled mode without a GPU: every kernel and zoo flag compiles to sm_90 cubin
+# (common.compile_for_sm90)
 # --------------------------------------------------------------------------
-# The prelude every sm_90 compile check starts with (tests/test_amplify.py
-# reuses it): imports, the target, ``comp`` and the kernels' signatures.
-# ``NO_DELAY`` are the race-amplification constexprs switched off.
-COMPILE_PRELUDE = r'''
-import os, sys
-os.environ.pop("TRITON_INTERPRET", None)
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from mambafuzz.kernels.batch_memcpy import _batch_memcpy_kernel
-from mambafuzz.kernels.state_copy import _state_copy_kernel, FLAG_NAMES
-from mambafuzz.kernels.postprocess import _postprocess_kernel
-target = GPUTarget("cuda", 90, 32)
-NO_DELAY = {"DELAY_POS": 0, "DELAY_NS": 0, "SCHEDULE": 0}
-
-def comp(fn, sig, consts, num_warps=4):
-    sig = {**sig, **{k: "constexpr" for k in consts}}
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target,
-                       options={"num_warps": num_warps, "num_stages": 1})
-    assert "cubin" in k.asm
-    return k
-
-BM_FLAGS = ("NOGUARD_LEFT", "FORWARD_RIGHT", "DROP_TAIL", "CHECK_DST_ALIGN_ONLY")
-BM_SIG = {"src_ptrs": "*i64", "dst_ptrs": "*i64", "sizes": "*i64", "seed": "i32"}
-SC_SIG = {"meta_ptr": "*i64", "bt_ptr": "*i32", "src_cols": "*i32", "dst_cols": "*i32",
-          "biases": "*i32", "num_tiles": "i32", "R": "i32", "C": "i32", "seed": "i32"}
-PP_SIG = {"meta_ptr": "*i64", "bt_ptr": "*i32", "num_computed": "*i32", "num_scheduled": "*i32",
-          "num_draft": "*i32", "accepted_in": "*i32", "num_accepted": "*i32", "state_idx": "*i32",
-          "block_size": "i32", "num_tiles": "i32", "S": "i32", "R": "i32", "C": "i32", "seed": "i32"}
-'''
-
 _COMPILE_CODE = r'''
 for v in (None,) + BM_FLAGS:
     comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
@@ -866,24 +837,6 @@ for noop in (False, True):
                                        **{f: False for f in FLAG_NAMES}, **NO_DELAY})
 print("compiled")
 '''
-
-
-def compile_for_sm90(body: str, timeout: int = 600) -> str:
-    """Run ``COMPILE_PRELUDE + body`` in a fresh compiled-mode process; its stdout.
-
-    Skips when Triton's NVIDIA backend is missing; fails unless the process
-    exits 0 and prints ``compiled``.
-    """
-    try:
-        from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
-    except Exception as exc:  # pragma: no cover
-        pytest.skip(f"Triton's NVIDIA backend is not available: {exc}")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT)
-    r = subprocess.run([sys.executable, "-c", COMPILE_PRELUDE + body], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
-    return r.stdout
 
 
 @pytest.mark.slow

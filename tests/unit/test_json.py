@@ -10,8 +10,9 @@ from mambafuzz.engine import Verdict, run_case
 from mambafuzz.fuzz import TargetReport, fuzz_target
 from mambafuzz.kernels import registry
 
-from test_cli import mf
-from test_engine import LEFT_SHIFT, RIGHT_SHIFT, _forward_bytes, _opts
+from common import LEFT_SHIFT, RIGHT_SHIFT, mf
+from common import forward_bytes as _forward_bytes
+from common import fuzz_options as _opts
 
 ENVELOPE = {"schema", "command", "device", "mode", "interrupted", "exit_code"}
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
-_ROOT = str(Path(__file__).resolve().parents[1])
+_ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
@@ -121,11 +121,11 @@ def masked_shift(p, n, BLOCK: tl.constexpr):
 # helpers
 # --------------------------------------------------------------------------
 def line_of(kernel, text: str) -> str:
-    """'tests/test_racecheck.py:N: text' for the unique line `text` of kernel."""
+    """'tests/unit/test_racecheck.py:N: text' for the unique line `text` of kernel."""
     lines, start = inspect.getsourcelines(kernel.fn)
     hits = [i for i, ln in enumerate(lines) if ln.strip() == text]
     assert len(hits) == 1, (text, hits)
-    return f"tests/test_racecheck.py:{start + hits[0]}: {text}"
+    return f"tests/unit/test_racecheck.py:{start + hits[0]}: {text}"
 
 
 def make_arena(n=64):
