@@ -1,0 +1,34 @@
+"""mambafuzz: a property-based correctness fuzzer and numpy oracle for kernels that move recurrent state.
+
+``import mambafuzz`` imports neither torch nor triton: Triton fixes compiled or
+interpreted when a kernel is defined, so the device must be chosen first
+(``mambafuzz.check`` does it).  The public names load on first use:
+
+- ``check(fn, contract, ...)`` (``mambafuzz.api``): fuzz your function from your tests;
+- ``Failure``, ``Inconclusive``, ``UsageError``, ``MambafuzzError`` (``mambafuzz.errors``);
+- ``strategies``: ``batch_copies``, ``state_copies``, ``postprocesses`` for your own ``@given`` tests;
+- ``adapters``: views of the bytes behind a pointer, the meta table as per-column arrays;
+- ``engine``: ``run_case(fn, case, device)`` judges one case.
+"""
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["Failure", "Inconclusive", "MambafuzzError", "UsageError", "adapters", "check", "engine", "strategies"]
+
+_ERRORS = ("Failure", "Inconclusive", "MambafuzzError", "UsageError")
+_MODULES = ("adapters", "api", "engine", "strategies", "contracts", "findings", "device", "errors")
+
+
+def __getattr__(name: str):
+    if name in _ERRORS:
+        return getattr(importlib.import_module("mambafuzz.errors"), name)
+    if name == "check":
+        return importlib.import_module("mambafuzz.api").check
+    if name in _MODULES:
+        return importlib.import_module(f"mambafuzz.{name}")
+    raise AttributeError(f"module 'mambafuzz' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -27,6 +27,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # the package, and the GPU check-and-restore kernel, is engine: an exception raised there is ours.
 _KERNELS = os.path.join(_HERE, "kernels") + os.sep
 _OWN_FILES = (os.path.join(_KERNELS, "check.py"),)
+# Helpers a user's adapter calls (pointer views): an error there is the adapter's, not ours.
+_USER_FILES = (os.path.join(_HERE, "adapters.py"),)
 _LIBRARIES = ("triton", "torch", "numpy", "hypothesis")
 _ASSERT_FUNCS = {"create_assert": "tl.device_assert", "create_assume": "tl.assume"}
 
@@ -51,7 +53,7 @@ def _frame_owner(filename: str) -> str:
     for name, d in _LIB_DIRS.items():
         if path.startswith(d):
             return name
-    if path in _OWN_FILES or (path.startswith(_HERE) and not path.startswith(_KERNELS)):
+    if path in _OWN_FILES or (path.startswith(_HERE) and not path.startswith(_KERNELS) and path not in _USER_FILES):
         return "mambafuzz"
     if path.startswith(os.path.dirname(os.__file__) + os.sep) or filename.startswith("<"):
         return "stdlib"

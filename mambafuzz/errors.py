@@ -5,6 +5,7 @@
   cannot run the kernel); the target's verdict is inconclusive, exit 3.
 - ``InternalError``: mambafuzz's own code failed; never a finding against the
   kernel; its traceback goes to a file; exit 3.
+- ``Failure``: ``mambafuzz.check`` found the kernel wrong (a finding); exit 1.
 """
 
 
@@ -34,3 +35,25 @@ class InternalError(MambafuzzError):
     def __init__(self, message: str, traceback: str = ""):
         super().__init__(message)
         self.traceback = traceback
+
+
+class Failure(MambafuzzError, AssertionError):
+    """``mambafuzz.check`` found the target wrong: the shrunk case, the verdict, the crash file, how to replay.
+
+    Also an ``AssertionError`` so that test runners count it as a failed test, not an error.
+    ``str()`` is the whole report (verdict summary, witness, case, file, replay command).
+    Attributes: ``finding`` (``findings.Finding``), ``case``, ``verdict``, ``summary``, ``path``
+    (the crash file or None), ``replay`` (a ``mambafuzz replay`` command, or None when the target
+    cannot be imported by name), ``rerun`` (how to run the test again, or None), ``replayed``
+    (True when a saved crash file still failed before any fuzzing), ``report`` (the TargetReport,
+    None for a replayed file).
+    """
+
+    def __init__(self, message: str, *, finding=None, replay: str | None = None, rerun: str | None = None,
+                 replayed: bool = False, report=None):
+        super().__init__(message)
+        self.finding, self.replay, self.rerun, self.replayed, self.report = finding, replay, rerun, replayed, report
+        self.case = finding.case if finding is not None else None
+        self.verdict = finding.verdict if finding is not None else None
+        self.summary = finding.verdict.summary() if finding is not None else message
+        self.path = finding.path if finding is not None else None

@@ -8,12 +8,14 @@ from __future__ import annotations
 from mambafuzz.errors import UsageError
 
 from . import batch_memcpy, postprocess, state_copy
+from . import slot_copy, slot_fork  # index-based slot pools (SPEC 2.6)
 from .base import Argument, CliOption, Contract, Image, Prepared
 from .batch_memcpy import BatchCopyCase
 from .postprocess import PostprocessCase
 from .state_copy import StateCopyCase
 
-CONTRACTS: dict[str, Contract] = {m.CONTRACT.name: m.CONTRACT for m in (batch_memcpy, state_copy, postprocess)}
+CONTRACTS: dict[str, Contract] = {m.CONTRACT.name: m.CONTRACT for m in (batch_memcpy, state_copy, postprocess,
+                                                                            slot_copy, slot_fork)}
 NAMES = tuple(CONTRACTS)
 
 __all__ = ["CONTRACTS", "NAMES", "Argument", "BatchCopyCase", "CliOption", "Contract", "Image", "PostprocessCase",

@@ -3,6 +3,16 @@
 Conv states (SD or DS layout) shift tokens ``bias..`` of the source block to
 ``0..`` of the destination block; temporal states copy block ``src_col + bias``
 whole.  Source and destination may be one physical block (memmove semantics).
+
+Options that match what real engines fix (``mambafuzz.check(..., layout=...)``,
+``--layout``): ``layout`` draws conv states of one layout only (``sd``, ``ds``,
+or ``both``); ``tiles`` fixes the temporal tile count (an engine's constant,
+vLLM: 16) instead of drawing it, and case reduction then never changes it;
+``skip_equal_cols`` is the variant whose kernel skips a request with
+``src_col == dst_col``: the oracle leaves those requests out of the
+expectation.  ``tiles`` and ``skip_equal_cols`` are recorded in the case
+(``tiles_fixed``, ``skip_equal_cols``; left out of its JSON when off, so
+hashes of older cases are unchanged), so replay judges a case as it was found.
 """
 from __future__ import annotations
 
@@ -13,9 +23,10 @@ from typing import ClassVar, Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.cases import check_int_list
+from mambafuzz.cases import check_int_list, show
+from mambafuzz.errors import CaseError, UsageError
 
-from .base import Argument, Image, Prepared
+from .base import Argument, CliOption, Image, Prepared
 from .pools import META_ARGUMENTS, TILES, PoolCase, PoolContract, int32
 
 
@@ -24,12 +35,23 @@ class StateCopyCase(PoolCase):
     """Request i copies every state (src_col, dst_col, bias)."""
 
     contract: ClassVar[str] = "state_copy"
-    FIELD_CHECKS: ClassVar[dict] = {name: (lambda v, name=name: check_int_list(name, v))
-                                    for name in ("src_cols", "dst_cols", "biases")}
+    FIELD_CHECKS: ClassVar[dict] = {**{name: (lambda v, name=name: check_int_list(name, v))
+                                       for name in ("src_cols", "dst_cols", "biases")},
+                                    "skip_equal_cols": lambda v: _check_bool("skip_equal_cols", v),
+                                    "tiles_fixed": lambda v: _check_bool("tiles_fixed", v)}
     src_cols: tuple[int, ...] = ()
     dst_cols: tuple[int, ...] = ()
     biases: tuple[int, ...] = ()
     perturb: tuple[int, int, int, int, int] | None = None
+    skip_equal_cols: bool = False   # the kernel skips requests with src_col == dst_col
+    tiles_fixed: bool = False       # num_tiles is the engine's constant: reduction keeps it
+
+    def to_json(self) -> dict:
+        body = super().to_json()
+        for flag in ("skip_equal_cols", "tiles_fixed"):
+            if not body.get(flag):
+                body.pop(flag, None)  # absent when off: older cases hash as before
+        return body
 
     @property
     def size(self) -> tuple:
@@ -42,7 +64,44 @@ class StateCopyCase(PoolCase):
     def describe(self) -> str:
         reqs = ", ".join(f"r{i}: col {s}->{d} bias {b}" for i, (s, d, b) in
                          enumerate(zip(self.src_cols, self.dst_cols, self.biases)))
-        return f"{self._pool_summary()}, tiles {self.num_tiles}; {reqs}{self._perturb_note()}"
+        fixed = " (fixed)" if self.tiles_fixed else ""
+        skip = "; requests with src_col == dst_col skipped" if self.skip_equal_cols else ""
+        return f"{self._pool_summary()}, tiles {self.num_tiles}{fixed}; {reqs}{skip}{self._perturb_note()}"
+
+
+def _check_bool(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise CaseError(f"case field {name!r} must be true or false, got {show(value)}")
+
+
+LAYOUTS = ("both", "sd", "ds")
+_YES, _NO = ("yes", "on", "true", "1"), ("no", "off", "false", "0")
+
+
+class _TileChoices(tuple):
+    """``--tiles`` accepts 'drawn' or any positive count; argparse shows the choices as {drawn,N}."""
+
+    def __contains__(self, value) -> bool:
+        return value == "drawn" or (isinstance(value, (str, int)) and str(value).isdigit() and int(value) >= 1)
+
+
+def parse_options(layout="both", tiles="drawn", skip_equal_cols=False) -> tuple[str, int | None, bool]:
+    """(layout, fixed tile count or None for drawn, skip) from API or CLI values; UsageError in one line."""
+    if layout not in LAYOUTS:
+        raise UsageError(f"state_copy option layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    fixed = None
+    if tiles not in (None, "drawn"):
+        if isinstance(tiles, bool) or tiles not in _TileChoices():
+            raise UsageError(f"state_copy option tiles must be 'drawn' or a positive tile count, got {tiles!r}")
+        fixed = int(tiles)
+    if isinstance(skip_equal_cols, str):
+        word = skip_equal_cols.lower()
+        if word not in _YES + _NO:
+            raise UsageError(f"state_copy option skip_equal_cols must be yes or no, got {skip_equal_cols!r}")
+        skip_equal_cols = word in _YES
+    elif not isinstance(skip_equal_cols, bool):
+        raise UsageError(f"state_copy option skip_equal_cols must be True or False, got {skip_equal_cols!r}")
+    return layout, fixed, skip_equal_cols
 
 
 def _droppable_columns(case: StateCopyCase) -> list[int]:
@@ -66,19 +125,40 @@ class StateCopy(PoolContract):
         Argument("biases", "int32", "[R]", "token shift (conv) or column offset (temporal) of request i"),
     )
     options = (TILES,)
+    cli_options = (
+        CliOption("layout", LAYOUTS, "both", "the conv layout your kernel handles: sd, ds or both"),
+        CliOption("tiles", _TileChoices(("drawn", "N")), "drawn",
+                  "temporal tile count: drawn per case, or your kernel's fixed count N (vLLM: 16)"),
+        CliOption("skip_equal_cols", ("no", "yes"), "no",
+                  "yes: your kernel skips requests whose src_col == dst_col (expected untouched)"),
+    )
     request_fields = ("src_cols", "dst_cols", "biases")
 
-    def strategy(self, profile, **_):
+    def strategy(self, profile, layout="both", tiles="drawn", skip_equal_cols=False, **_):
         from mambafuzz.strategies.pools import state_copy_cases
-        return state_copy_cases(profile)
+        layout, fixed, skip = parse_options(layout, tiles, skip_equal_cols)
+        return state_copy_cases(profile, layout=layout, tiles=fixed, skip_equal_cols=skip)
 
     def prepare(self, case: StateCopyCase, image: Image, snapshot: np.ndarray, base: int, device: str) -> Prepared:
         _, pools, tables = image.plan
-        expected = oracle.expect_state_copies(snapshot, pools, tables, case.src_cols, case.dst_cols, case.biases)
+        keep = [r for r in range(len(case.src_cols))
+                if not (case.skip_equal_cols and case.src_cols[r] == case.dst_cols[r])]
+        pick = (lambda values: [values[r] for r in keep])
+        if keep:  # a skipped request is left out of the expectation: its bytes stay as they were
+            expected = oracle.expect_state_copies(snapshot, pools, np.asarray(tables)[:, keep, :],
+                                                  pick(case.src_cols), pick(case.dst_cols), pick(case.biases))
+        else:
+            expected = np.array(snapshot, copy=True)
         args, kwargs = self.common_args(case, image, base, device)
         args.update(src_cols=int32(case.src_cols, device), dst_cols=int32(case.dst_cols, device),
                     biases=int32(case.biases, device))
         return Prepared(args, kwargs, expected)
+
+    def candidates(self, case: StateCopyCase) -> Iterator[StateCopyCase]:
+        """The shared cuts; with a fixed tile count, none that changes it (the engine could not run it)."""
+        for smaller in super().candidates(case):
+            if not case.tiles_fixed or smaller.num_tiles == case.num_tiles:
+                yield smaller
 
     def column_candidates(self, case: StateCopyCase) -> Iterator[StateCopyCase]:
         if not (case.block_tables and case.block_tables[0]):

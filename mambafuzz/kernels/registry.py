@@ -23,6 +23,7 @@ from typing import Callable
 
 from . import batch_memcpy as _bm
 from . import postprocess as _pp
+from . import slots as _sl
 from . import state_copy as _sc
 from . import torch_path as _tp
 from .zoo import ZOO
@@ -34,7 +35,7 @@ OVERLAPS = ("full", "left")
 @dataclass(frozen=True)
 class Target:
     name: str
-    contract: str        # 'batch_memcpy' | 'state_copy' | 'postprocess'
+    contract: str        # a contract's name (mambafuzz.contracts), e.g. 'batch_memcpy', 'slot_copy'
     kind: str            # 'correct' | 'torch' | 'zoo' | 'user'
     overlap: str         # 'full' (true memmove) | 'left' (dst < src only)
     description: str
@@ -144,8 +145,16 @@ def _postprocess_fn(variant):
     return postprocess
 
 
+def _slot_fn(launcher, variant):
+    def slot_fn(meta, src_idx, dst_idx, *, arena=None, perturb=None):
+        return launcher(meta, src_idx, dst_idx, arena=arena, variant=variant, perturb=perturb)
+    return slot_fn
+
+
 _FACTORIES = {"batch_memcpy": _batch_memcpy_fn, "state_copy": _state_copy_fn,
-              "postprocess": _postprocess_fn}
+              "postprocess": _postprocess_fn,
+              "slot_copy": lambda variant: _slot_fn(_sl.slot_copy, variant),
+              "slot_fork": lambda variant: _slot_fn(_sl.slot_fork, variant)}
 
 
 def _named(fn, name, doc):
@@ -160,6 +169,8 @@ _TRITON_BUILTINS = (
     (_sc.state_copy, "Triton fused SD/DS/temporal state copy, grid (requests, states, tiles)"),
     (_pp.postprocess,
      "Triton fused align-mode postprocess (decision + state copy + accepted update)"),
+    (_sl.slot_copy, "Triton slot copy: gather every source into scratch, then scatter (chain- and swap-safe)"),
+    (_sl.slot_fork, "Triton slot fork: gather every parent into scratch, then scatter to the children"),
 )
 
 
@@ -179,6 +190,14 @@ def _register_builtins():
         "torch.state_copy", "state_copy", "torch", "full",
         "torch path: dst.copy_(src.clone()) per state copy (as_strided views)",
         _tp.state_copy))
+    register(Target(
+        "torch.slot_copy", "slot_copy", "torch", "full",
+        "torch path: view[:, dst] = view[:, src] on [L, S, slot bytes] byte views",
+        _sl.torch_slot_copy))
+    register(Target(
+        "torch.slot_fork", "slot_fork", "torch", "full",
+        "torch path: view[:, dst[i, n]] = view[:, src[i]] on [L, S, slot bytes] byte views",
+        _sl.torch_slot_fork))
     for e in ZOO:
         name = f"zoo.{e.id}"
         fn = _named(_FACTORIES[e.contract](e.variant), name,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ZooEntry:
     id: str
-    contract: str      # 'batch_memcpy' | 'state_copy' | 'postprocess'
+    contract: str      # 'batch_memcpy' | 'state_copy' | 'postprocess' | 'slot_copy' | 'slot_fork'
     kind: str          # exactly as SPEC section 5 says
     description: str   # one line
     produced_by: str   # how the variant is made
@@ -111,6 +111,35 @@ ZOO = (
         "state_copy(variant='PAD-CLOBBER'): _copy_one_state(PAD_CLOBBER=True) -> size = "
         "BLOCK_STRIDE instead of INNER*ELEM",
         "wrong when the block stride is padded"),
+    # index-based slot pools (SPEC 2.6): kernels.slots
+    ZooEntry(
+        "SLOT-CHAIN", "slot_copy", "racy (cross-program)",
+        "slot copy with one load-store pass per program: a destination that is another pair's source races",
+        "slot_copy(variant='SLOT-CHAIN'): _slot_kernel(DIRECT=True), one launch, no gather into scratch",
+        "wrong when a chained pair's reader runs after its writer (programs run in grid order); right "
+        "bytes otherwise; the recorder flags the cross-program hazard on every chain"),
+    ZooEntry(
+        "FORK-CHAIN", "slot_fork", "racy (cross-program)",
+        "slot fork with one load-store pass per program: a child slot that is another pair's parent races",
+        "slot_fork(variant='FORK-CHAIN'): _slot_kernel(DIRECT=True), one launch, no gather into scratch",
+        "wrong when the parent is read after the pair writing it ran; right bytes otherwise; the "
+        "recorder flags the cross-program hazard on every chain"),
+    ZooEntry(
+        "SLOT-I32", "slot_copy", "wrong",
+        "slot offset slot * SLOT_STRIDE + layer * LAYER_STRIDE computed in 32 bits (buffers over 2 GiB)",
+        "slot_copy(variant='SLOT-I32'): _slot_ptr(ADDR_I32=True) -> int32 products",
+        "wrong when an offset is >= 4 GiB (lands lower in the buffer); between 2 and 4 GiB the address "
+        "goes below the buffer (out of bounds)"),
+    ZooEntry(
+        "SLOT-FLAT", "slot_copy", "wrong",
+        "strided slot buffer addressed as if contiguous ((layer * SLOTS + slot) * SLOT_BYTES)",
+        "slot_copy(variant='SLOT-FLAT'): _slot_ptr(FLAT=True)",
+        "wrong when a slot or layer stride is padded (or the buffer is slot-major)"),
+    ZooEntry(
+        "SLOT-PAD", "slot_copy", "wrong",
+        "slot copied as SLOT_STRIDE bytes instead of SLOT_BYTES, overwriting padding",
+        "slot_copy(variant='SLOT-PAD'): _slot_kernel(PAD=True) -> size = SLOT_STRIDE",
+        "wrong when the slot stride is padded"),
 )
 
 BY_ID = {e.id: e for e in ZOO}

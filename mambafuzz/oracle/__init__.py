@@ -9,6 +9,8 @@ from .memmove import check_batch, expect_batch, expect_memmove, find_batch_confl
 from .pools import ELEM_SIZES, LAYOUT_KINDS, PoolLayout
 from .state_copy import apply_state_copy, expect_state_copies
 from .align import AlignDecision, decide, expect_postprocess
+from .slots import (SlotBuffer, SlotConflict, chained_pairs, check_slots, expect_slot_copy, expect_slot_fork,
+                    find_slot_conflict)
 
 __all__ = [
     "OracleError", "IllPosedBatch",
@@ -16,4 +18,6 @@ __all__ = [
     "LAYOUT_KINDS", "ELEM_SIZES", "PoolLayout",
     "apply_state_copy", "expect_state_copies",
     "AlignDecision", "decide", "expect_postprocess",
+    "SlotBuffer", "SlotConflict", "chained_pairs", "check_slots", "expect_slot_copy", "expect_slot_fork",
+    "find_slot_conflict",
 ]

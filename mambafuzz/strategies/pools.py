@@ -6,6 +6,12 @@ strided, and where element sizes change the access width; so those are what
 these strategies lean towards.  Cross-request sharing is read-only (prefix
 caching): a block written by one request is never touched by another, so every
 drawn case is well-posed.
+
+``state_copy_cases`` also takes the contract's engine options: ``layout``
+(``sd`` / ``ds``: conv states of that layout only, temporal states as ever),
+``tiles`` (a fixed tile count instead of a drawn one) and ``skip_equal_cols``
+(one request in two copies a column onto itself, the case a skipping kernel
+must leave untouched).  With the defaults the draws are exactly as before.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from .perturb import maybe_perturb
 from .profiles import Profile, draw_wide
 
 KINDS = ("conv_sd", "conv_ds", "temporal")
+LAYOUT_KINDS = {"both": KINDS, "sd": ("conv_sd", "temporal"), "ds": ("conv_ds", "temporal")}
 ELEM_SIZES = (2, 1, 4, 8)
 ALIASING = ("distinct", "same", "shared")
 
@@ -53,9 +60,9 @@ def _wide_shape(draw, profile: Profile, kind: str, elem: int) -> tuple[dict, int
 
 
 @st.composite
-def pool_shapes(draw, profile: Profile, group: int) -> dict:
-    """One state's geometry, without its arena offset or block count."""
-    kind = draw(st.sampled_from(KINDS))
+def pool_shapes(draw, profile: Profile, group: int, kinds: tuple = KINDS) -> dict:
+    """One state's geometry, without its arena offset or block count; its kind one of `kinds`."""
+    kind = draw(st.sampled_from(kinds))
     elem = draw(st.sampled_from(ELEM_SIZES))
     pad_elems = draw(st.sampled_from([0, 1, 3, 8]))
     shape = {"kind": kind, "elem_size": elem, "group": group}
@@ -150,10 +157,11 @@ def block_tables(draw, groups: int, requests: int, cols: int, copies) -> list[li
 
 
 @st.composite
-def _pool_layouts(draw, profile: Profile):
+def _pool_layouts(draw, profile: Profile, kinds: tuple = KINDS):
     groups = draw(st.integers(1, 3))
     states = draw(st.integers(1, 4))
-    shapes = [draw(pool_shapes(profile, group=draw(st.integers(0, groups - 1)))) for _ in range(states)]
+    shapes = [draw(pool_shapes(profile, group=draw(st.integers(0, groups - 1)), kinds=kinds))
+              for _ in range(states)]
     used = sorted({s["group"] for s in shapes})  # drop groups no state uses, renumber densely
     for s in shapes:
         s["group"] = used.index(s["group"])
@@ -161,8 +169,11 @@ def _pool_layouts(draw, profile: Profile):
 
 
 @st.composite
-def state_copy_cases(draw, profile: Profile) -> StateCopyCase:
-    groups, shapes = draw(_pool_layouts(profile))
+def state_copy_cases(draw, profile: Profile, layout: str = "both", tiles: int | None = None,
+                     skip_equal_cols: bool = False) -> StateCopyCase:
+    """`layout` sd / ds / both; `tiles` a fixed tile count (None: drawn); `skip_equal_cols` the variant
+    whose kernel skips src_col == dst_col (such requests drawn half the time)."""
+    groups, shapes = draw(_pool_layouts(profile, LAYOUT_KINDS[layout]))
     has_temporal = any(s["kind"] == "temporal" for s in shapes)
     requests = draw(st.integers(1, profile.max_requests))
     cols = draw(st.integers(2, profile.max_cols))
@@ -171,17 +182,21 @@ def state_copy_cases(draw, profile: Profile) -> StateCopyCase:
         hi = cols - 1 if has_temporal else 9
         bias = draw(st.one_of(st.integers(0, min(3, hi)), st.integers(0, hi)))  # small shifts are the racy ones
         src = draw(st.integers(0, (cols - 1 - bias) if has_temporal else cols - 1))
-        dst = draw(st.integers(0, cols - 1))
+        if skip_equal_cols and draw(st.booleans()):
+            dst = src  # the request a skipping kernel must leave alone
+        else:
+            dst = draw(st.integers(0, cols - 1))
         read_cols = [src] + ([src + bias] if has_temporal and bias else [])
         src_cols.append(src), dst_cols.append(dst), biases.append(bias)
         copies.append((read_cols, dst))
     tables = draw(block_tables(groups, requests, cols, copies))
     huge = draw(st.integers(0, 7)) == 7  # one case in eight: a pool past 2 GiB
     arena_size, pools = place_pools(draw, shapes, tables, huge=huge)
-    tiles = draw(num_tiles(profile))
-    return StateCopyCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
+    n_tiles = draw(num_tiles(profile)) if tiles is None else tiles
+    return StateCopyCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=n_tiles,
                          seed=draw(st.integers(0, 2**32 - 1)), src_cols=tuple(src_cols), dst_cols=tuple(dst_cols),
-                         biases=tuple(biases), perturb=maybe_perturb(draw, profile))
+                         biases=tuple(biases), perturb=maybe_perturb(draw, profile),
+                         skip_equal_cols=skip_equal_cols, tiles_fixed=tiles is not None)
 
 
 def num_tiles(profile: Profile) -> st.SearchStrategy:

@@ -1,0 +1,174 @@
+"""Helpers for adapters: your kernel's arguments from a contract's.
+
+A target is called with absolute byte addresses (int64) into one uint8 arena
+and, for the block-table contracts, one int64 ``[S, 8]`` meta table.  Engine
+kernels want other shapes: a typed tensor behind a pointer, per-column
+metadata arrays of mixed int32 / int64, one block-table pointer per group and
+a row stride.  These build them (torch only; no kernels, no device choice).
+
+``arguments_table()`` renders what every contract passes (the README's table
+is this function's output; ``python -m mambafuzz.adapters`` prints it, and a
+test keeps the two equal).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mambafuzz.contracts.pools import META_COLUMNS
+
+_COL = {name: i for i, name in enumerate(META_COLUMNS)}
+META_COLS = len(META_COLUMNS)
+
+__all__ = ["STATE_COLUMNS", "KIND_TEMPORAL", "KIND_SD", "KIND_DS", "arguments_table", "block_table_ptrs",
+           "block_table_row_stride", "bytes_at", "slot_buffers", "state_block_table_ptrs", "state_columns",
+           "typed_view"]
+
+# name -> (meta column, dtype): addresses and byte strides stay int64; counts and sizes fit int32
+STATE_COLUMNS = {
+    "base": (_COL["BASE"], torch.int64),
+    "block_stride": (_COL["BLOCK_STRIDE"], torch.int64),
+    "elem_size": (_COL["ELEM"], torch.int32),
+    "inner": (_COL["INNER"], torch.int32),
+    "conv_len": (_COL["CONV_LEN"], torch.int32),
+    "group": (_COL["GROUP"], torch.int32),
+    "ds_rows": (_COL["DS_ROWS"], torch.int32),
+    "ds_row_stride": (_COL["DS_ROW_STRIDE"], torch.int64),
+}
+KIND_TEMPORAL, KIND_SD, KIND_DS = 0, 1, 2  # state_columns(meta)["kind"]
+
+
+def _address(ptr) -> int:
+    return int(ptr.item()) if isinstance(ptr, torch.Tensor) else int(ptr)
+
+
+def bytes_at(arena: torch.Tensor, ptr, n: int) -> torch.Tensor:
+    """The `n` bytes at absolute address `ptr`, as a uint8 view of `arena` (writes go to the arena)."""
+    if arena.dtype != torch.uint8 or arena.dim() != 1 or not arena.is_contiguous():
+        raise TypeError("bytes_at: arena must be the contiguous 1-D uint8 tensor the target was given")
+    ptr, n = _address(ptr), int(n)
+    offset = ptr - arena.data_ptr()
+    if n < 0 or offset < 0 or offset + n > arena.numel():
+        raise ValueError(f"bytes_at: [{hex(ptr)}, +{n}) is outside the arena "
+                         f"[{hex(arena.data_ptr())}, +{arena.numel()})")
+    return arena[offset:offset + n]
+
+
+def typed_view(arena: torch.Tensor, ptr, shape, dtype: torch.dtype, strides=None) -> torch.Tensor:
+    """A `dtype` tensor of `shape` at `ptr`, viewing the arena; `strides` in bytes (None: contiguous).
+
+    E.g. an SD conv pool from its meta row: ``typed_view(arena, base, (blocks, state_len, dim),
+    torch.float16, strides=(block_stride, dim * 2, 2))``.  The address and the strides must be
+    multiples of the element size.
+    """
+    shape = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    item = torch.empty((), dtype=dtype).element_size()
+    ptr = _address(ptr)
+    if ptr % item:
+        raise ValueError(f"typed_view: address {hex(ptr)} is not aligned to {dtype} ({item} bytes)")
+    if strides is None:
+        return bytes_at(arena, ptr, math.prod(shape) * item).view(dtype).view(shape)
+    strides = tuple(int(s) for s in strides)
+    if len(strides) != len(shape) or any(s % item for s in strides):
+        raise ValueError(f"typed_view: strides {strides} must be {len(shape)} multiples of {item} bytes")
+    extent = 0 if 0 in shape else sum((n - 1) * s for n, s in zip(shape, strides)) + item
+    region = bytes_at(arena, ptr, extent).view(dtype)
+    return region.as_strided(shape, tuple(s // item for s in strides))
+
+
+def state_columns(meta: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The meta table as named per-state arrays ``[S]`` in the dtypes kernels take (STATE_COLUMNS).
+
+    Also ``kind`` (int32): KIND_TEMPORAL, KIND_SD or KIND_DS.  For a conv state
+    ``inner`` is its dim and ``conv_len`` its state_len; for a temporal state
+    ``inner`` is prod(inner) elements.
+    """
+    if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != META_COLS:
+        raise TypeError(f"state_columns: meta must be int64 [S, {META_COLS}], got {meta.dtype} {tuple(meta.shape)}")
+    out = {}
+    for name, (col, dtype) in STATE_COLUMNS.items():
+        column = meta[:, col]
+        if dtype == torch.int32 and column.numel() and int(column.abs().max()) > 2**31 - 1:
+            raise ValueError(f"state_columns: {name} does not fit int32")
+        out[name] = column.to(dtype).contiguous()
+    conv = out["conv_len"] > 0
+    out["kind"] = torch.where(conv, torch.where(out["ds_rows"] > 0, KIND_DS, KIND_SD), KIND_TEMPORAL).to(torch.int32)
+    return out
+
+
+def _check_tables(block_tables: torch.Tensor) -> None:
+    if block_tables.dim() != 3:
+        raise TypeError(f"block_tables must be [G, R, C], got shape {tuple(block_tables.shape)}")
+
+
+def block_table_ptrs(block_tables: torch.Tensor) -> torch.Tensor:
+    """int64 ``[G]``: the address of each group's ``[R, C]`` block table (int32 entries)."""
+    _check_tables(block_tables)
+    step = block_tables.stride(0) * block_tables.element_size()
+    return torch.tensor([block_tables.data_ptr() + g * step for g in range(block_tables.shape[0])],
+                        dtype=torch.int64, device=block_tables.device)
+
+
+def block_table_row_stride(block_tables: torch.Tensor) -> int:
+    """Entries between request rows of one group's table (what engines pass as ``stride(0)``)."""
+    _check_tables(block_tables)
+    return int(block_tables.stride(1))
+
+
+def state_block_table_ptrs(meta: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+    """int64 ``[S]``: the block-table address of each state's group (engines with one table per layer)."""
+    return block_table_ptrs(block_tables)[meta[:, _COL["GROUP"]].to(block_tables.device)]
+
+
+_INT_DTYPES = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def slot_buffers(meta: torch.Tensor, arena: torch.Tensor) -> list[torch.Tensor]:
+    """The slot contracts' buffers as tensors ``[layers, slots, slot_bytes / elem]`` viewing the arena
+    (an integer dtype of the element size; padded strides kept), what index-based engines hold."""
+    from mambafuzz.contracts.slots import SLOT_META_COLUMNS
+
+    col = {name: i for i, name in enumerate(SLOT_META_COLUMNS)}
+    if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != len(SLOT_META_COLUMNS):
+        raise TypeError(f"slot_buffers: meta must be int64 [B, {len(SLOT_META_COLUMNS)}], got {tuple(meta.shape)}")
+    views = []
+    for row in meta.tolist():
+        elem = row[col["ELEM"]]
+        views.append(typed_view(arena, row[col["BASE"]], (row[col["LAYERS"]], row[col["SLOTS"]],
+                                                          row[col["SLOT_BYTES"]] // elem),
+                                _INT_DTYPES[elem], strides=(row[col["LAYER_STRIDE"]], row[col["SLOT_STRIDE"]], elem)))
+    return views
+
+
+# ---------------------------------------------------------------- the README's table
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def arguments_table() -> str:
+    """Markdown: every argument each contract passes (dtype, shape) and every contract option."""
+    from mambafuzz import contracts
+
+    rows = ["| contract | argument | passed as | dtype | shape | meaning |", "| --- | --- | --- | --- | --- | --- |"]
+    for c in contracts.CONTRACTS.values():
+        for a in c.arguments:
+            rows.append(f"| {c.name} | `{a.name}` | positional | {a.dtype} | {a.shape} | {_cell(a.meaning)} |")
+        for a in c.options:
+            rows.append(f"| {c.name} | `{a.name}` | keyword | Python {a.dtype} | | {_cell(a.meaning)} |")
+        rows.append(f"| {c.name} | `arena` | keyword, if your function takes it | uint8 | [arena bytes] | "
+                    f"the memory every address points into (`adapters.bytes_at`) |")
+    rows += ["", "| contract | option | values | default | meaning |", "| --- | --- | --- | --- | --- |"]
+    for c in contracts.CONTRACTS.values():
+        for o in c.cli_options:
+            values = " \\| ".join(str(v) for v in o.choices)
+            rows.append(f"| {c.name} | `{o.name}` (`{o.flag}`) | {values} | {o.default} | {_cell(o.help)} |")
+    rows += ["", "| `state_columns(meta)[name]` | dtype | shape |", "| --- | --- | --- |"]
+    for name, (_, dtype) in STATE_COLUMNS.items():
+        rows.append(f"| `{name}` | {str(dtype).replace('torch.', '')} | [S] |")
+    rows.append("| `kind` | int32 | [S] |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(arguments_table(), end="")

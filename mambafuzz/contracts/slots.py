@@ -1,0 +1,352 @@
+"""What the two index-based contracts (`slot_copy`, `slot_fork`) share: slot buffers in one arena.
+
+Every state buffer is ``[layers, slots, *trailing]`` (``oracle.SlotBuffer``:
+padded slot and layer strides, layer- or slot-major) at a byte offset of the
+arena.  A target receives the ``meta`` table (int64 ``[B, 7]``, columns
+``SLOT_META_COLUMNS``; the project's kernels read them through
+``mambafuzz.kernels.slots.SLOT_META_*``), ``src_idx`` and ``dst_idx`` (int32 or
+int64, as the case says).  Buffers past DENSE_LIMIT are materialised sparsely:
+only the slots the indices name, their data plus GUARD bytes of padding, are
+filled and compared (what lets SLOT-I32 be fuzzed on a CPU).
+
+The user states what their engine promises with ``--chains``: ``allowed``
+(the default: chains, swaps, cycles and self-copies are drawn and must be
+handled) or ``forbidden`` (no destination slot is ever a source slot).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+import numpy as np
+import torch
+
+from mambafuzz import oracle
+from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, show
+from mambafuzz.errors import CaseError, UsageError
+from mambafuzz.oracle import SlotBuffer
+
+from .base import Argument, CliOption, Contract, Image, Prepared, down_to, without
+from .pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+
+# The meta table: int64 [B, len(SLOT_META_COLUMNS)], one row per buffer, these columns in this order.
+SLOT_META_COLUMNS = ("BASE", "LAYERS", "SLOTS", "SLOT_BYTES", "SLOT_STRIDE", "LAYER_STRIDE", "ELEM")
+INDEX_DTYPES = ("int32", "int64")
+CHAIN_CHOICES = ("allowed", "forbidden")
+
+META_ARGUMENT = Argument(
+    "meta", "int64", "[B, 7]",
+    "one row per state buffer: BASE (address of layer 0, slot 0), LAYERS, SLOTS, SLOT_BYTES (data bytes of one "
+    "slot in one layer), SLOT_STRIDE, LAYER_STRIDE (bytes), ELEM; slot s of layer l is at "
+    "BASE + l*LAYER_STRIDE + s*SLOT_STRIDE")
+SRC_ARGUMENT = Argument("src_idx", "int32 or int64", "[P]", "source slot of pair i (the same slot in every buffer)")
+CHAINS = CliOption("chains", CHAIN_CHOICES, "allowed",
+                   "allowed: chains, swaps, cycles and self-copies are drawn (a destination may be another pair's "
+                   "source); forbidden: your engine never issues them (no slot is both a destination and a source)")
+
+_BUFFER_FIELDS = tuple(f.name for f in dataclasses.fields(SlotBuffer))
+
+
+def _check_buffers(value) -> None:
+    """Types only; the oracle (SlotBuffer.validate, check_slots) judges the geometry."""
+    if not isinstance(value, (list, tuple)):
+        raise CaseError(f"case field 'buffers' must be a list of buffer objects, got {show(value)}")
+    for i, buf in enumerate(value):
+        where = f"buffers[{i}]"
+        if not isinstance(buf, dict):
+            raise CaseError(f"case field {where!r} must be an object, got {show(buf)}")
+        missing = [k for k in _BUFFER_FIELDS if k not in buf]
+        if missing:
+            raise CaseError(f"case field {where!r} is missing {', '.join(missing)}")
+        unknown = sorted(set(buf) - set(_BUFFER_FIELDS))
+        if unknown:
+            raise CaseError(f"case field {where!r} has unknown field(s): {', '.join(unknown)}")
+        for key, v in buf.items():
+            check_int(f"{where}.{key}", v)
+
+
+def _check_dtype(value) -> None:
+    if value not in INDEX_DTYPES:
+        raise CaseError(f"case field 'index_dtype' must be one of {', '.join(INDEX_DTYPES)}, got {show(value)}")
+
+
+@dataclass(frozen=True)
+class SlotCase(CaseBase):
+    """Buffers, source slots and the index dtype; subclasses add ``dst_idx`` ([P] or [P][N])."""
+
+    FIELD_CHECKS: ClassVar[dict] = {
+        "arena_size": lambda v: check_int("arena_size", v, 1),
+        "buffers": _check_buffers,
+        "src_idx": lambda v: check_int_list("src_idx", v),
+        "index_dtype": _check_dtype,
+    }
+    arena_size: int
+    buffers: tuple[SlotBuffer, ...]
+    src_idx: tuple[int, ...]
+    index_dtype: str = "int32"
+    seed: int = 0
+
+    @classmethod
+    def _from_json_fields(cls, body, kwargs):
+        kwargs["buffers"] = tuple(SlotBuffer(**as_tuples(b)) for b in body["buffers"])
+        return kwargs
+
+    # dst_idx as [P][N] whatever the contract (a copy has N = 1)
+    @property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        raise NotImplementedError
+
+    @property
+    def size(self) -> tuple:
+        """A shrink measure, compared as the tuple (pairs, destinations, buffers, data bytes, slots, layout,
+        int64 indices, data seed not 0).
+
+        Data = layers x slot bytes per buffer; layout = arena size + offsets +
+        strides + slot numbers + 1 for a perturbation: fewer layers, a smaller
+        slot, fewer slots, unpadded strides, packed buffers, lower slot numbers
+        and no perturbation are each strictly smaller.
+        """
+        children = self.children
+        data = sum(b.layers * b.slot_bytes for b in self.buffers)
+        slots = sum(b.slots for b in self.buffers)
+        layout = (self.arena_size + sum(b.offset + b.slot_stride + b.layer_stride for b in self.buffers)
+                  + sum(self.src_idx) + sum(sum(row) for row in children)
+                  + (getattr(self, "perturb", None) is not None))
+        return (len(self.src_idx), sum(len(row) for row in children), len(self.buffers), data, slots, layout,
+                self.index_dtype != "int32", self.seed != 0)
+
+    def _buffers_note(self) -> str:
+        parts = []
+        for b in self.buffers:
+            order = "" if b.layer_major else ", slot-major"
+            pad = "" if (b.slot_stride, b.layer_stride) == (b.slot_bytes, b.slots * b.slot_bytes) else \
+                f", strides {b.slot_stride}/{b.layer_stride}"
+            parts.append(f"{b.layers}x{b.slots}x{b.slot_bytes} B/e{b.elem_size}{pad}{order}")
+        return f"{len(self.buffers)} buffer(s) [{'; '.join(parts)}]"
+
+    def describe(self) -> str:
+        pairs = [f"{s}->{','.join(map(str, row))}" for s, row in zip(self.src_idx, self.children)]
+        more = f", +{len(pairs) - 6} more" if len(pairs) > 6 else ""
+        return (f"{self._buffers_note()}; {len(pairs)} pair(s) ({self.index_dtype}): {', '.join(pairs[:6])}{more}"
+                f"{self._perturb_note()}")
+
+
+# ---------------------------------------------------------------- the sparse image
+def _window(buf: SlotBuffer) -> int:
+    """Bytes of each slot the sparse image holds: the data and up to GUARD bytes of padding after it,
+    never reaching the next slot's, the next layer's or the footprint's end."""
+    w = buf.slot_bytes + GUARD
+    if buf.layer_major:
+        inner_stride, inner_n, outer_stride, outer_n = buf.slot_stride, buf.slots, buf.layer_stride, buf.layers
+    else:
+        inner_stride, inner_n, outer_stride, outer_n = buf.layer_stride, buf.layers, buf.slot_stride, buf.slots
+    if inner_n > 1:
+        w = min(w, inner_stride)
+    if outer_n > 1:
+        w = min(w, outer_stride - (inner_n - 1) * inner_stride)
+    return min(w, buf.nbytes - (buf.layers - 1) * buf.layer_stride - (buf.slots - 1) * buf.slot_stride)
+
+
+def _compact(case: SlotCase, src: np.ndarray, dst: np.ndarray):
+    """Buffers and indices of a dense image of just the named slots, and each image byte's arena offset."""
+    used = np.unique(np.concatenate([src, dst.reshape(-1)]))
+    buffers, pieces, cursor = [], [], 0
+    for buf in case.buffers:
+        filler = -cursor % 8  # each compact buffer 8-aligned; filler bytes map to no arena byte (-1)
+        pieces.append(np.full(filler, -1, dtype=np.int64))
+        cursor += filler
+        w = _window(buf)
+        layers = np.arange(buf.layers, dtype=np.int64) * buf.layer_stride
+        slots = used * buf.slot_stride
+        if buf.layer_major:
+            starts = (layers[:, None] + slots[None, :]).reshape(-1)
+            compact = SlotBuffer(cursor, buf.layers, len(used), buf.slot_bytes, w, len(used) * w, buf.elem_size)
+        else:
+            starts = (slots[:, None] + layers[None, :]).reshape(-1)
+            compact = SlotBuffer(cursor, buf.layers, len(used), buf.slot_bytes, buf.layers * w, w, buf.elem_size)
+        buffers.append(compact)
+        pieces.append((buf.offset + starts[:, None] + np.arange(w)[None, :]).reshape(-1))
+        cursor += len(starts) * w
+    positions = np.concatenate(pieces)
+    return tuple(buffers), np.searchsorted(used, src), np.searchsorted(used, dst), positions
+
+
+def meta_table(buffers, base: int) -> np.ndarray:
+    return np.array([(base + b.offset, b.layers, b.slots, b.slot_bytes, b.slot_stride, b.layer_stride, b.elem_size)
+                     for b in buffers], dtype=np.int64).reshape(-1, len(SLOT_META_COLUMNS))
+
+
+# ---------------------------------------------------------------- reduction helpers
+def _end(buffers) -> int:
+    return max((b.offset + b.nbytes for b in buffers), default=1)
+
+
+def _cut(case, **changes):
+    """`case` with `changes`, in an arena cut to where its buffers end."""
+    out = dataclasses.replace(case, **changes)
+    return dataclasses.replace(out, arena_size=max(1, _end(out.buffers)))
+
+
+def _packed(buffers, keep_alignment: bool):
+    """Buffers in offset order from byte 0, each right after the one before."""
+    out = list(buffers)
+    cursor = 0
+    for i in sorted(range(len(buffers)), key=lambda i: buffers[i].offset):
+        b = buffers[i]
+        offset = min(b.offset, down_to(cursor, b.offset, 8 if keep_alignment else b.elem_size))
+        out[i] = dataclasses.replace(b, offset=offset)
+        cursor = offset + b.nbytes
+    return tuple(out)
+
+
+def _contiguous(b: SlotBuffer) -> SlotBuffer:
+    return dataclasses.replace(b, slot_stride=b.slot_bytes, layer_stride=b.slots * b.slot_bytes)
+
+
+def _less_padded(b: SlotBuffer) -> Iterator[SlotBuffer]:
+    """The buffer with one element of slot padding (or none) and no padding between layers or slots."""
+    e = b.elem_size
+    if b.layer_major:
+        for ss in sorted({b.slot_bytes, b.slot_bytes + e}):
+            if ss >= b.slot_stride:
+                continue
+            yield dataclasses.replace(b, slot_stride=ss)  # the layer stride kept (it may be what fails)
+        if b.layer_stride > b.slots * b.slot_stride:
+            yield dataclasses.replace(b, layer_stride=b.slots * b.slot_stride)
+    else:
+        for ls in sorted({b.slot_bytes, b.slot_bytes + e}):
+            if ls >= b.layer_stride:
+                continue
+            yield dataclasses.replace(b, layer_stride=ls)
+        if b.slot_stride > b.layers * b.layer_stride:
+            yield dataclasses.replace(b, slot_stride=b.layers * b.layer_stride)
+
+
+def _with_layers(b: SlotBuffer, layers: int) -> SlotBuffer:
+    return dataclasses.replace(b, layers=layers)
+
+
+def _with_slot_bytes(b: SlotBuffer, n: int) -> SlotBuffer:
+    return dataclasses.replace(b, slot_bytes=n)
+
+
+class SlotContract(Contract):
+    """The shared half of slot_copy and slot_fork; subclasses say how ``dst_idx`` is shaped."""
+
+    forked = False
+    cli_options = (CHAINS,)
+    max_arena = MAX_SPARSE_ARENA
+
+    # -- subclasses
+    def _dst_field(self, children) -> tuple:
+        """The case's ``dst_idx`` from [P][N] rows."""
+        raise NotImplementedError
+
+    def strategy(self, profile, chains: str = "allowed", ill_posed: bool = False, **_):
+        if chains not in CHAIN_CHOICES:
+            raise UsageError(f"{self.name} option chains must be one of {', '.join(CHAIN_CHOICES)}, got {chains!r}")
+        from mambafuzz.strategies.slots import slot_cases
+        return slot_cases(profile, forked=self.forked, chains=chains, ill_posed=ill_posed)
+
+    # -- materialising and judging
+    def _arrays(self, case: SlotCase) -> tuple[np.ndarray, np.ndarray]:
+        src = np.asarray(case.src_idx, dtype=np.int64).reshape(-1)
+        dst = np.asarray(case.children, dtype=np.int64).reshape(len(case.src_idx), -1)
+        return src, dst
+
+    def _dst_for_oracle(self, dst: np.ndarray) -> np.ndarray:
+        return dst if self.forked else dst.reshape(-1)
+
+    def image(self, case: SlotCase) -> Image:
+        src, dst = self._arrays(case)
+        oracle.check_slots(case.buffers, src, self._dst_for_oracle(dst), case.arena_size)
+        if case.arena_size > DENSE_LIMIT:
+            buffers, o_src, o_dst, positions = _compact(case, src, dst)
+            return Image(positions, (buffers, o_src, o_dst))
+        return Image(None, (case.buffers, src, dst))
+
+    def prepare(self, case: SlotCase, image: Image, snapshot: np.ndarray, base: int, device: str) -> Prepared:
+        buffers, o_src, o_dst = image.plan
+        expect = oracle.expect_slot_fork if self.forked else oracle.expect_slot_copy
+        expected = expect(snapshot, buffers, o_src, self._dst_for_oracle(o_dst))
+        dtype = getattr(torch, case.index_dtype)
+        src, dst = self._arrays(case)
+        args = {"meta": torch.tensor(meta_table(case.buffers, base), device=device),
+                "src_idx": torch.tensor(src, dtype=dtype, device=device),
+                "dst_idx": torch.tensor(self._dst_for_oracle(dst), dtype=dtype, device=device)}
+        return Prepared(args, {}, expected)
+
+    def locate(self, case: SlotCase, offset: int) -> str:
+        for b, buf in enumerate(case.buffers):
+            where = buf.locate(offset)
+            if where is None:
+                continue
+            layer, slot, byte, data = where
+            writers = [f"pair {i}" + (f" child {n}" if self.forked else "") + f" from slot {s}"
+                       for i, (s, row) in enumerate(zip(case.src_idx, case.children))
+                       for n, d in enumerate(row) if d == slot]
+            who = f"; written by {writers[0]}" if writers else "; no pair writes this slot"
+            return f"buffer {b} layer {layer} slot {slot} byte {byte} ({'data' if data else 'padding'}{who})"
+        return "outside every buffer"
+
+    def valid(self, case: SlotCase) -> bool:
+        """Well-posed and inside the arena (what materialize would accept)."""
+        if not 1 <= case.arena_size <= self.max_arena or case.index_dtype not in INDEX_DTYPES:
+            return False
+        src, dst = self._arrays(case)
+        if case.index_dtype == "int32" and len(src) and max(src.max(), dst.max()) >= 2**31:
+            return False
+        try:
+            oracle.check_slots(case.buffers, src, self._dst_for_oracle(dst), case.arena_size)
+        except oracle.OracleError:
+            return False
+        return True
+
+    def candidates(self, case: SlotCase) -> Iterator[SlotCase]:
+        """Strictly smaller cases (``SlotCase.size``), biggest cuts first."""
+        size = case.size
+        for smaller in self._cuts(case):
+            if smaller.size < size:
+                yield smaller
+
+    def _cuts(self, case: SlotCase) -> Iterator[SlotCase]:
+        src, rows, buffers = case.src_idx, case.children, case.buffers
+        if len(src) > 1:  # a pair dropped
+            for i in range(len(src)):
+                yield dataclasses.replace(case, src_idx=without(src, i), dst_idx=self._dst_field(without(rows, i)))
+        width = len(rows[0]) if rows else 0
+        if self.forked and width > 1:  # a child column dropped
+            for n in range(width):
+                yield dataclasses.replace(case, dst_idx=self._dst_field(tuple(without(r, n) for r in rows)))
+        if len(buffers) > 1:
+            for b in range(len(buffers)):
+                yield _cut(case, buffers=without(buffers, b))
+        # slots renumbered 0.. in order (or only the slots past the last one named dropped)
+        used = sorted(set(src) | {d for r in rows for d in r})
+        index = {s: k for k, s in enumerate(used)}
+        dense = {"src_idx": tuple(index[s] for s in src),
+                 "dst_idx": self._dst_field(tuple(tuple(index[d] for d in r) for r in rows))}
+        yield _cut(case, buffers=tuple(dataclasses.replace(b, slots=max(1, len(used))) for b in buffers), **dense)
+        yield _cut(case, **dense)
+        if used:
+            yield _cut(case, buffers=tuple(dataclasses.replace(b, slots=used[-1] + 1) for b in buffers))
+        yield _cut(case, buffers=tuple(_contiguous(b) for b in buffers))
+        for b, buf in enumerate(buffers):
+            for layers in sorted({1, buf.layers // 2, buf.layers - 1} - {0}):
+                if layers < buf.layers:
+                    yield _cut(case, buffers=buffers[:b] + (_with_layers(buf, layers),) + buffers[b + 1:])
+            e = buf.elem_size
+            for n in sorted({e, buf.slot_bytes // 2 // e * e, buf.slot_bytes - e} - {0}):
+                if n < buf.slot_bytes:
+                    yield _cut(case, buffers=buffers[:b] + (_with_slot_bytes(buf, n),) + buffers[b + 1:])
+            if (buf.slot_stride, buf.layer_stride) != (buf.slot_bytes, buf.slots * buf.slot_bytes):
+                yield _cut(case, buffers=buffers[:b] + (_contiguous(buf),) + buffers[b + 1:])
+            for tighter in _less_padded(buf):
+                yield _cut(case, buffers=buffers[:b] + (tighter,) + buffers[b + 1:])
+        if case.index_dtype != "int32":
+            yield dataclasses.replace(case, index_dtype="int32")
+        for keep in (False, True):  # buffers packed from byte 0 up and the arena cut; exact first
+            yield _cut(case, buffers=_packed(buffers, keep))
+        if _end(buffers) < case.arena_size:
+            yield _cut(case)

@@ -1,0 +1,101 @@
+"""pytest plugin (registered as the ``mambafuzz`` pytest11 entry point: on by install).
+
+- ``--mambafuzz-device cpu|cuda|auto``: the device of every ``mambafuzz.check``
+  in the run, chosen when pytest starts, before test modules are imported, so
+  that your own ``@triton.jit`` kernels are defined interpreted on ``cpu``;
+- ``--mambafuzz-examples N``, ``--mambafuzz-reps N``: win over the
+  arguments of each check (a nightly job can run deeper than the test says);
+- ``--mambafuzz-crashes DIR``: the crash files (default ``<rootdir>/crashes``);
+  a test's saved crash files are replayed first on its next run and it fails
+  at once if one still fails (a regression corpus).
+
+A ``mambafuzz.Failure`` shows the verdict, the witness, the crash file, the
+``mambafuzz replay`` command and a ``rerun:`` line (the test's own pytest
+command).  The ``mambafuzz_check`` fixture is ``mambafuzz.check`` for tests
+that prefer a fixture to an import.  Without any option the plugin only sets
+relative crash and example folders to the rootdir's and adds the rerun line:
+it never chooses a device in a run that did not ask.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("mambafuzz", "mambafuzz: fuzz state-moving kernels from tests")
+    group.addoption("--mambafuzz-device", choices=("cpu", "cuda", "auto"), default=None,
+                    help="device of every mambafuzz.check (cpu: Triton's interpreter with the race check); "
+                         "default: each check's own, else MAMBAFUZZ_DEVICE, else cpu")
+    group.addoption("--mambafuzz-examples", type=_positive_int, default=None, metavar="N",
+                    help="examples per mambafuzz.check (wins over max_examples=)")
+    group.addoption("--mambafuzz-reps", type=_positive_int, default=None, metavar="N",
+                    help="repetitions per case (wins over reps=)")
+    group.addoption("--mambafuzz-crashes", default=None, metavar="DIR",
+                    help="crash files: saved there, replayed first next run (default <rootdir>/crashes)")
+
+
+def pytest_configure(config):
+    from mambafuzz import api
+
+    ctx = {"rootdir": str(config.rootpath)}
+    chosen = config.getoption("mambafuzz_device", None)
+    if chosen:  # mambafuzz.device is imported only then: it notes the TRITON_INTERPRET the run started with
+        from mambafuzz import device
+        from mambafuzz.errors import UsageError
+
+        try:
+            ctx["device"] = device.select(chosen)  # before test modules define their kernels
+        except UsageError as exc:
+            raise pytest.UsageError(f"--mambafuzz-device {chosen}: {exc}") from None
+    for option, key in (("mambafuzz_examples", "max_examples"), ("mambafuzz_reps", "reps")):
+        if config.getoption(option, None):
+            ctx[key] = config.getoption(option)
+    crashes = config.getoption("mambafuzz_crashes", None)
+    if crashes:
+        ctx["crashes_dir"] = str(Path(crashes).absolute())
+    api._CONTEXT.clear()
+    api._CONTEXT.update(ctx)
+
+
+def pytest_unconfigure(config):
+    import sys
+
+    api = sys.modules.get("mambafuzz.api")
+    if api is not None:
+        api._CONTEXT.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A failing check names the command that runs this test again (it replays the saved case first)."""
+    from mambafuzz import api
+
+    rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    api._CONTEXT["rerun"] = f"pytest {shlex.quote(f'{item.path}::{rest}')}"
+    try:
+        yield
+    finally:
+        api._CONTEXT.pop("rerun", None)
+
+
+@pytest.fixture
+def mambafuzz_check():
+    """``mambafuzz.check`` with this run's ``--mambafuzz-*`` options applied."""
+    from mambafuzz.api import check
+
+    return check

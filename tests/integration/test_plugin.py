@@ -1,0 +1,94 @@
+"""The pytest plugin: on by install, its options, and what a wrong adapter shows in pytest's output.
+
+Each wrong variant of the examples/ adapters runs in a fresh pytest (a copy of the example and its
+conftest in a temp folder): it must fail with the witness or first differing bytes, the crash file,
+a `mambafuzz replay` command that replays it, and the test's rerun line; a second run must replay
+the saved case before fuzzing.
+"""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mambafuzz
+import mambafuzz.pytest_plugin
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def _env() -> dict:
+    """The parent's environment less what this test session set: the child chooses its own device."""
+    return {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "MAMBAFUZZ_DEVICE", "PYTEST_ADDOPTS")}
+
+
+def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=cwd,
+                          env=_env(), capture_output=True, text=True, timeout=400)
+
+
+def test_the_plugin_is_registered_by_the_entry_point(pytestconfig, request):
+    assert pytestconfig.pluginmanager.get_plugin("mambafuzz") is mambafuzz.pytest_plugin
+    assert request.getfixturevalue("mambafuzz_check") is mambafuzz.check
+    assert pytestconfig.getoption("mambafuzz_examples") is None  # no option given: nothing overridden
+
+
+WRONG = [  # example module, wrong adapter, contract, its options, verdict kind, evidence in the output
+    ("test_example_batch_copy", "batch_copy_without_barrier", "batch_memcpy", "", "race",
+     "witness: store: test_example_batch_copy.py:"),
+    ("test_example_state_copy", "state_copy_without_temporal_bias", "state_copy", ", **ENGINE", "mismatch",
+     "(temporal) block"),
+    ("test_example_slot_copy", "slot_copy_one_by_one", "slot_copy", "", "mismatch", "first at arena+"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, fn, contract, options, kind, evidence", WRONG, ids=[w[2] for w in WRONG])
+def test_a_wrong_adapter_fails_with_its_witness_and_replay_command(tmp_path, module, fn, contract, options, kind,
+                                                                   evidence):
+    shutil.copy(EXAMPLES / "conftest.py", tmp_path)
+    shutil.copy(EXAMPLES / f"{module}.py", tmp_path)
+    (tmp_path / "test_wrong.py").write_text(
+        f"from {module} import *\n\n\n"
+        f"def test_wrong(mambafuzz_check):\n"
+        f"    mambafuzz_check({fn}, {contract!r}, max_examples=100, seed=3, shrink_time=5{options})\n")
+    first = _pytest(tmp_path, "test_wrong.py", "--mambafuzz-crashes", "saved")
+    out = first.stdout
+    assert first.returncode == 1, out[-3000:] + first.stderr[-2000:]
+    assert f"{module}:{fn} breaks the {contract} contract: {kind}" in out, out[-3000:]
+    assert evidence in out, out[-3000:]
+    (saved,) = (tmp_path / "saved").rglob("*.json")
+    assert f"saved: {saved}" in out
+    replay = re.search(r"replay: (mambafuzz replay .*)$", out, re.M)
+    assert replay and str(saved) in replay.group(1), out[-3000:]
+    assert f"rerun: pytest {tmp_path / 'test_wrong.py'}::test_wrong" in out
+
+    second = _pytest(tmp_path, "test_wrong.py", "--mambafuzz-crashes", "saved")
+    assert second.returncode == 1, second.stdout[-3000:]
+    assert "replayed before fuzzing, still fails" in second.stdout and f"saved: {saved}" in second.stdout
+    assert list((tmp_path / "saved").rglob("*.json")) == [saved]
+
+    if contract == "batch_memcpy":  # the printed command replays the file from anywhere
+        proc = subprocess.run(shlex.split(replay.group(1)) + ["--json"], cwd="/", env=_env(), capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 1 and '"status": "still failing"' in proc.stdout, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_command_line_options_win_and_the_device_is_chosen_before_collection(tmp_path):
+    (tmp_path / "test_opts.py").write_text(
+        "import os\n"
+        "INTERPRETED_AT_IMPORT = os.environ.get('TRITON_INTERPRET')\n\n\n"
+        "def test_opts(mambafuzz_check):\n"
+        "    from mambafuzz.kernels import registry\n"
+        "    report = mambafuzz_check(registry.get('triton.batch_memcpy').fn, 'batch_memcpy', max_examples=50,\n"
+        "                             min_examples=3)\n"
+        "    print('RESULT', INTERPRETED_AT_IMPORT, report.status, report.examples)\n")
+    proc = _pytest(tmp_path, "-s", "test_opts.py", "--mambafuzz-device", "cpu", "--mambafuzz-examples", "6")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "RESULT 1 clean 6" in proc.stdout
