@@ -264,25 +264,39 @@ class _Best:
             seconds_to_first=self.first_at - self.start, shrink_examples=self.shrinks, path=self.path)
 
 
-def _judge(target, opts: FuzzOptions, case: Case) -> Verdict | None:
-    """run_case, with None for a case that could not be checked (while shrinking, that is 'passes')."""
+def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None) -> None:
+    """A CUDA fault is sticky: after one (or an error while running on cuda) nothing more runs here."""
+    if opts.device == "cuda" and (verdict is None or verdict.kind == "fault"):
+        report.context_lost = True
+
+
+def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport) -> Verdict | None:
+    """run_case while shrinking, with None for a case that could not be checked (that is 'passes')."""
     try:
-        return run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
-    except (CaseError, Inconclusive, InternalError):
+        verdict = run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
+    except CaseError:
         return None
+    except (Inconclusive, InternalError):
+        _note_fault(opts, report, None)
+        return None
+    _note_fault(opts, report, verdict)
+    return verdict
 
 
 def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> None:
     """Case-level reduction of the best failure, inside the shrink budget."""
+    report = best.report
+
     def still_fails(case: Case) -> bool:
         interrupt.check()
-        verdict = _judge(target, opts, case)
-        if verdict is None or not best.counts(verdict):
+        verdict = _judge(target, opts, case, report)
+        if verdict is None or report.context_lost or not best.counts(verdict):
             return False
         best.keep(case, verdict)
         return True
 
-    _, tried = reduce_case(best.case, still_fails, lambda: time.monotonic() <= shrink_end)
+    _, tried = reduce_case(best.case, still_fails,
+                           lambda: time.monotonic() <= shrink_end and not report.context_lost)
     best.shrinks += tried
 
 
@@ -335,12 +349,15 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             assume(False)
         except Inconclusive as exc:
             if shrinking:
+                _note_fault(opts, report, None)
                 return  # this smaller case could not be checked: it does not reproduce
             raise _Stop("inconclusive", str(exc)) from None
         except InternalError as exc:
+            _note_fault(opts, report, None)  # on cuda the context may be what broke: start afresh
             if shrinking:
                 return
             raise _Stop("internal-error", _write_error(opts, target.name, exc)) from None
+        _note_fault(opts, report, verdict)
         report.examples += 1
         report.reps += verdict.reps
         report.failed_reps += verdict.failures
@@ -349,8 +366,6 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             progress(report)
         if not (best.counts(verdict) if shrinking else verdict.failed):
             return
-        if opts.device == "cuda" and verdict.kind == "fault":
-            report.context_lost = True
         best.keep(case, verdict)
         if not shrinking and not report.context_lost:  # big case-level cuts first; Hypothesis then shrinks
             _reduce(target, opts, best, shrink_end())

@@ -38,7 +38,8 @@ The launcher reads ``meta`` on the host for the grid and the scratch size (a
 device-to-host copy per call: CUDA-graph capture falls back to a loop).
 
 Zoo flags (constexpr, compiled out when off; ``kernels.zoo``):
-``DIRECT`` one load-store pass per program, no scratch (SLOT-CHAIN, FORK-CHAIN);
+``DIRECT`` (the launcher's) one launch, each program loading its source and
+storing its destination, no scratch (SLOT-CHAIN, FORK-CHAIN);
 ``ADDR_I32`` the slot/layer offset formed in 32 bits (SLOT-I32);
 ``FLAT`` addresses as if the buffer were contiguous (SLOT-FLAT);
 ``PAD`` a slot copied as SLOT_STRIDE bytes, padding included (SLOT-PAD).
@@ -78,6 +79,7 @@ VARIANTS = {
     "SLOT-PAD": {"PAD": True},
 }
 FLAG_NAMES = ("DIRECT", "ADDR_I32", "FLAT", "PAD")
+KERNEL_FLAGS = ("ADDR_I32", "FLAT", "PAD")  # _slot_kernel's; DIRECT is the launcher's choice of PHASE
 
 
 @triton.jit
@@ -119,7 +121,7 @@ def _slot_ptr(base, idx_ptr, k, layer, S, SB, SS, LS, FLAT: tl.constexpr, ADDR_I
 @triton.jit(do_not_specialize=["N", "l0", "c0", "cb", "seed"])
 def _slot_kernel(meta_ptr, src_ptr, dst_ptr, active_ptr, scratch_ptr, N, l0, c0, cb, seed,
                  PHASE: tl.constexpr, BLOCK: tl.constexpr, WIDTH: tl.constexpr,
-                 DIRECT: tl.constexpr, ADDR_I32: tl.constexpr, FLAT: tl.constexpr, PAD: tl.constexpr,
+                 ADDR_I32: tl.constexpr, FLAT: tl.constexpr, PAD: tl.constexpr,
                  DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr):
     """One launch of the module docstring's plan: program (q, b, l - l0) moves bytes
     ``[c0, c0 + cb)`` of one slot of buffer b, layer l.  q is a pair (GATHER) or a destination.
@@ -165,7 +167,7 @@ def _slot_kernel(meta_ptr, src_ptr, dst_ptr, active_ptr, scratch_ptr, N, l0, c0,
 
 def slot_flags(variant):
     """constexpr flags of ``_slot_kernel`` for a zoo id (None: the correct kernel)."""
-    return variant_flags("slot_copy", VARIANTS, FLAG_NAMES, variant)
+    return variant_flags("slot_copy/slot_fork", VARIANTS, FLAG_NAMES, variant)
 
 
 def _check(fn, meta, src_idx, dst_idx, forked):
@@ -234,7 +236,7 @@ def _slot_launch(fn, meta, src_idx, dst_idx, *, forked, variant, block, num_warp
     size_col = SLOT_META_SLOT_STRIDE if flags["PAD"] else SLOT_META_SLOT_BYTES
     size = int(rows[:, size_col].max())
     keep, need = _stored(src_idx, dst_idx, n_children)
-    consts = dict(BLOCK=block, WIDTH=_width(rows, size_col), **flags)
+    consts = dict(BLOCK=block, WIDTH=_width(rows, size_col), **{f: flags[f] for f in KERNEL_FLAGS})
     common = (meta, src_idx, dst_idx)
     if flags["DIRECT"]:
         dummy = torch.empty(8, dtype=torch.uint8, device=meta.device)  # no scratch: never read

@@ -198,3 +198,22 @@ def test_hypothesis_database_is_keyed_per_target(tmp_path):
     fuzz_target(zoo, _opts(tmp_path))
     clean = fuzz_target(registry.get("triton.batch_memcpy"), _opts(tmp_path, max_examples=5))
     assert clean.finding is None
+
+
+def test_a_cuda_fault_or_error_marks_the_context_lost_even_while_shrinking():
+    """A fault in a shrink candidate that does not count as the same failure still broke the context."""
+    from mambafuzz.engine import Verdict
+    from mambafuzz.fuzz import TargetReport, _note_fault
+
+    cuda, cpu = FuzzOptions(device="cuda", mode="compare"), FuzzOptions(device="cpu")
+    report = TargetReport("t", "batch_memcpy")
+    _note_fault(cuda, report, Verdict(reps=3, failures=1, mode="compare"))
+    assert not report.context_lost
+    _note_fault(cpu, report, Verdict(reps=1, failures=1, mode="compare", fault="Segfault"))
+    _note_fault(cpu, report, None)
+    assert not report.context_lost  # the CPU has no context to lose
+    _note_fault(cuda, report, Verdict(reps=1, failures=1, mode="compare", fault="CUDA error: illegal address"))
+    assert report.context_lost
+    report = TargetReport("t", "batch_memcpy")
+    _note_fault(cuda, report, None)  # an error while running on cuda: start a fresh process
+    assert report.context_lost

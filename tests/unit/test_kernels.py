@@ -493,10 +493,13 @@ SPEC_ZOO = {
     "MISALIGN": "wrong (fault on some GPUs)", "TILE-GAP": "wrong / racy", "NOOP-SKIP": "wrong",
     "PP-INPLACE": "racy (cross-program)", "PAD-CLOBBER": "wrong",
 }
+# issue 13's rows for the indexed slot contracts (SPEC 2.6)
+SLOT_ZOO = {"SLOT-CHAIN": "racy (cross-program)", "FORK-CHAIN": "racy (cross-program)", "SLOT-I32": "wrong",
+            "SLOT-FLAT": "wrong", "SLOT-PAD": "wrong"}
 
 
 def test_zoo_table_matches_spec():
-    assert {e.id: e.kind for e in zoo.ZOO} == SPEC_ZOO
+    assert {e.id: e.kind for e in zoo.ZOO} == {**SPEC_ZOO, **SLOT_ZOO}
     for e in zoo.ZOO:
         t = registry.get(f"zoo.{e.id}")
         assert (t.kind, t.bug, t.zoo_id, t.contract) == ("zoo", e.kind, e.id, e.contract)
@@ -747,36 +750,31 @@ def test_racy_rows_are_flagged_by_the_recorder():
 # --------------------------------------------------------------------------
 def test_registry_names_and_kinds():
     names = set(registry.TARGETS)
-    assert {"triton.batch_memcpy", "triton.state_copy", "triton.postprocess",
-            "torch.batch_memcpy", "torch.state_copy"} <= names
-    assert {f"zoo.{i}" for i in SPEC_ZOO} <= names
-    assert {t.name for t in registry.correct_targets()} == {
-        "triton.batch_memcpy", "triton.state_copy", "triton.postprocess"}
-    assert {t.zoo_id for t in registry.zoo_targets()} == set(SPEC_ZOO)
+    correct = {"triton.batch_memcpy", "triton.state_copy", "triton.postprocess", "triton.slot_copy",
+               "triton.slot_fork"}
+    assert correct | {"torch.batch_memcpy", "torch.state_copy", "torch.slot_copy", "torch.slot_fork"} <= names
+    assert {t.name for t in registry.correct_targets()} == correct
+    assert {t.zoo_id for t in registry.zoo_targets()} == set(SPEC_ZOO) | set(SLOT_ZOO)
+    assert {f"zoo.{i}" for i in {**SPEC_ZOO, **SLOT_ZOO}} <= names
     for t in registry.all_targets():
         assert t.overlap == "full" and set(t.devices) == {"cpu", "cuda"}
         assert (t.bug is None) == (t.kind != "zoo")
 
 
-CONTRACT_PARAMS = {
-    "batch_memcpy": (["src_ptrs", "dst_ptrs", "sizes"], {"arena"}),
-    "state_copy": (["meta", "block_tables", "src_cols", "dst_cols", "biases"],
-                   {"num_tiles", "arena"}),
-    "postprocess": (["meta", "block_tables", "num_computed", "num_scheduled", "num_draft",
-                     "num_accepted", "state_idx"], {"block_size", "num_tiles", "arena"}),
-}
-
-
 @pytest.mark.parametrize("name", sorted(registry.TARGETS))
 def test_registry_signatures(name):
+    """Every target takes its contract's arguments in order, its options and arena= by keyword."""
+    from mambafuzz import contracts
+
     t = registry.get(name)
-    positional, keywords = CONTRACT_PARAMS[t.contract]
+    contract = contracts.get(t.contract)
     params = inspect.signature(t.fn).parameters
     pos = [p.name for p in params.values()
            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     kw = {p.name for p in params.values() if p.kind == p.KEYWORD_ONLY}
     # amplifiable targets (the project's kernels and zoo) also take perturb= (race amplification)
-    assert pos == positional and kw == keywords | ({"perturb"} if t.amplifiable else set())
+    assert pos == list(contract.positional)
+    assert kw == set(contract.option_names) | {"arena"} | ({"perturb"} if t.amplifiable else set())
 
 
 def test_registry_unknown_target_message():

@@ -804,7 +804,7 @@ def test_bench_runs():
     """The oracle benchmark runs as a user runs it (a script, never imported by a test)."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "oracle_bench.py"), "--arena-mib", "1", "--rows",
                            "16", "--reps", "1", "--markdown"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-2000:]  # 1: a goal missed
     out = proc.stdout
     assert "| case | oracle GB/s | numpy GB/s | ratio |" in out and "(d) expect_batch 256 rows" in out
 

@@ -454,11 +454,11 @@ os.environ.pop("TRITON_INTERPRET", None)
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from mambafuzz.kernels.slots import _slot_kernel, FLAG_NAMES
+from mambafuzz.kernels.slots import _slot_kernel, KERNEL_FLAGS
 SIG = {"meta_ptr": "*i64", "src_ptr": "*i32", "dst_ptr": "*i64", "active_ptr": "*i32", "scratch_ptr": "*u8",
        "N": "i32", "l0": "i32", "c0": "i32", "cb": "i32", "seed": "i32"}
 def comp(phase, width, flag=None, delay=0):
-    consts = {"PHASE": phase, "BLOCK": 1024, "WIDTH": width, **{f: f == flag for f in FLAG_NAMES},
+    consts = {"PHASE": phase, "BLOCK": 1024, "WIDTH": width, **{f: f == flag for f in KERNEL_FLAGS},
               "DELAY_POS": 1 if delay else 0, "DELAY_NS": delay, "SCHEDULE": 1 if delay else 0}
     k = triton.compile(ASTSource(fn=_slot_kernel, signature={**SIG, **{c: "constexpr" for c in consts}},
                                  constexprs=consts), target=GPUTarget("cuda", 90, 32),
@@ -467,8 +467,8 @@ def comp(phase, width, flag=None, delay=0):
 for phase in (0, 1, 2):
     for width in (8, 4, 2, 1):
         comp(phase, width)
-for flag in FLAG_NAMES:
-    comp(2 if flag == "DIRECT" else 1, 8, flag)
+for flag in KERNEL_FLAGS:
+    comp(1, 8, flag)
 comp(1, 8, delay=500)
 print("compiled")
 '''
