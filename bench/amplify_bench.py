@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 SMOKE = "--cpu-smoke" in sys.argv
 DEVICE = "cpu" if SMOKE else "cuda"
 
-import gpu_racy  # noqa: E402  (imports no kernels; sets TRITON_INTERPRET=0)
+from mambafuzz import racy_cases as gpu_racy  # noqa: E402  (the shared GPU geometries; imports no kernels)
 
 os.environ["TRITON_INTERPRET"] = "1" if SMOKE else "0"  # before any kernels module is imported
 

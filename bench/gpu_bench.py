@@ -29,7 +29,6 @@ bytes, as in kernel_bench):
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -57,10 +56,7 @@ def _args(argv):
 
 def _cases(quick: bool):
     """(label, target, case builder, large?) rows."""
-    saved = os.environ.get("TRITON_INTERPRET")
-    import gpu_racy as r  # sets TRITON_INTERPRET=0, which is what this process wants anyway
-    if saved is not None:
-        os.environ["TRITON_INTERPRET"] = saved
+    from mambafuzz import racy_cases as r
     rows = [
         ("batch 1 row x 4 KiB, left shift 16", "triton.batch_memcpy", lambda: r.batch_rows(1, 4096, -16), False),
         ("state_copy SD same block, 4 req x 256 B tokens", "triton.state_copy",

@@ -7,7 +7,6 @@ counts first, then the first differing positions with expected and actual.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 

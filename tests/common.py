@@ -6,7 +6,6 @@ imports this as ``common``.
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 from mambafuzz.contracts import BatchCopyCase

@@ -10,6 +10,7 @@ Nothing outside the contract modules branches on the case type.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -121,3 +122,23 @@ def without(items: tuple, i: int) -> tuple:
 def down_to(value: int, residue: int, modulus: int) -> int:
     """The smallest x >= value with x % modulus == residue % modulus."""
     return value + (residue - value) % modulus
+
+
+def packed(regions, nbytes, keep_alignment: bool) -> tuple:
+    """Regions (dataclasses with ``offset`` and ``elem_size``) moved down to byte 0 in offset order, each
+    right after the one before (``nbytes(region)`` long), keeping each offset's residue mod 8
+    (`keep_alignment`) or mod its element size."""
+    out = list(regions)
+    cursor = 0
+    for i in sorted(range(len(regions)), key=lambda i: regions[i].offset):
+        r = regions[i]
+        offset = min(r.offset, down_to(cursor, r.offset, 8 if keep_alignment else r.elem_size))
+        out[i] = dataclasses.replace(r, offset=offset)
+        cursor = offset + nbytes(r)
+    return tuple(out)
+
+
+def cut_to_end(case, end, **changes):
+    """`case` with `changes`, in an arena cut to ``end(changed case)`` (at least 1 byte)."""
+    out = dataclasses.replace(case, **changes)
+    return dataclasses.replace(out, arena_size=max(1, end(out)))

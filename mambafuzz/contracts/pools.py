@@ -25,7 +25,7 @@ from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, chec
 from mambafuzz.errors import CaseError
 from mambafuzz.oracle import PoolLayout
 
-from .base import Argument, Contract, Image, down_to, without
+from .base import Argument, Contract, Image, cut_to_end, packed, without
 
 # The meta table: int64 [S, len(META_COLUMNS)], one row per state, these columns in this order.
 META_COLUMNS = ("BASE", "BLOCK_STRIDE", "ELEM", "INNER", "CONV_LEN", "GROUP", "DS_ROWS", "DS_ROW_STRIDE")
@@ -152,21 +152,7 @@ def _pools_end(pools) -> int:
 
 def _pool_compacted(case, **changes):
     """`case` with `changes`, in an arena cut to where its pools end."""
-    out = dataclasses.replace(case, **changes)
-    return dataclasses.replace(out, arena_size=max(1, _pools_end(out.pools)))
-
-
-def _packed_pools(pools, keep_alignment: bool):
-    """Pools in offset order from byte 0, each right after the blocks of the one before."""
-    out = list(pools)
-    cursor = 0
-    for s in sorted(range(len(pools)), key=lambda s: pools[s].offset):
-        p = pools[s]
-        modulus = 8 if keep_alignment else p.elem_size
-        offset = min(p.offset, down_to(cursor, p.offset, modulus))
-        out[s] = dataclasses.replace(p, offset=offset)
-        cursor = offset + p.num_blocks * p.block_stride
-    return tuple(out)
+    return cut_to_end(case, lambda c: _pools_end(c.pools), **changes)
 
 
 def _group_ids(case, group: int) -> list[int]:
@@ -276,6 +262,6 @@ class PoolContract(Contract):
         yield _pool_compacted(case, pools=trimmed)
         # pools packed from byte 0 up and the arena cut to their end; exact first, then keeping alignment
         for keep in (False, True):
-            yield _pool_compacted(case, pools=_packed_pools(case.pools, keep))
+            yield _pool_compacted(case, pools=packed(case.pools, lambda p: p.num_blocks * p.block_stride, keep))
         if _pools_end(case.pools) < case.arena_size:
             yield _pool_compacted(case)

@@ -27,7 +27,7 @@ from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, show
 from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.oracle import SlotBuffer
 
-from .base import Argument, CliOption, Contract, Image, Prepared, down_to, without
+from .base import Argument, CliOption, Contract, Image, Prepared, cut_to_end, packed, without
 from .pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
 
 # The meta table: int64 [B, len(SLOT_META_COLUMNS)], one row per buffer, these columns in this order.
@@ -184,20 +184,7 @@ def _end(buffers) -> int:
 
 def _cut(case, **changes):
     """`case` with `changes`, in an arena cut to where its buffers end."""
-    out = dataclasses.replace(case, **changes)
-    return dataclasses.replace(out, arena_size=max(1, _end(out.buffers)))
-
-
-def _packed(buffers, keep_alignment: bool):
-    """Buffers in offset order from byte 0, each right after the one before."""
-    out = list(buffers)
-    cursor = 0
-    for i in sorted(range(len(buffers)), key=lambda i: buffers[i].offset):
-        b = buffers[i]
-        offset = min(b.offset, down_to(cursor, b.offset, 8 if keep_alignment else b.elem_size))
-        out[i] = dataclasses.replace(b, offset=offset)
-        cursor = offset + b.nbytes
-    return tuple(out)
+    return cut_to_end(case, lambda c: _end(c.buffers), **changes)
 
 
 def _contiguous(b: SlotBuffer) -> SlotBuffer:
@@ -347,6 +334,6 @@ class SlotContract(Contract):
         if case.index_dtype != "int32":
             yield dataclasses.replace(case, index_dtype="int32")
         for keep in (False, True):  # buffers packed from byte 0 up and the arena cut; exact first
-            yield _cut(case, buffers=_packed(buffers, keep))
+            yield _cut(case, buffers=packed(buffers, lambda b: b.nbytes, keep))
         if _end(buffers) < case.arena_size:
             yield _cut(case)

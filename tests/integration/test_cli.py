@@ -1,14 +1,10 @@
 """The `mambafuzz` command end to end, in subprocesses as a user runs it."""
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from common import ROOT, mf as _mf, one_line_error  # noqa: F401
+from common import mf as _mf, one_line_error
 
 
 def mf(*args, cwd, env_extra=None, timeout=600):

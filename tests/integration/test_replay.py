@@ -5,9 +5,6 @@ malformed files are that file with one field broken each, replayed together
 in one folder so that one bad file is seen not to stop the others.
 """
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 

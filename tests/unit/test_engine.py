@@ -12,7 +12,6 @@ import pytest
 
 from mambafuzz.kernels import registry
 from mambafuzz import findings
-from mambafuzz.contracts import BatchCopyCase
 from mambafuzz.engine import run_case
 from mambafuzz.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.materialize import fill_bytes, materialize

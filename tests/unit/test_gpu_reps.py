@@ -7,7 +7,6 @@ object whose replay() runs the recorded body eagerly).  With
 ``MAMBAFUZZ_DEVICE=cuda pytest -m gpu tests/unit/test_gpu_reps.py`` the same
 check_restore tests run compiled, plus run_reps with real CUDA graphs.
 """
-import os
 import sys
 from pathlib import Path
 
