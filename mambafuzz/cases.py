@@ -67,6 +67,25 @@ def check_nested(name: str, value, depth: int) -> None:
         check_nested(f"{name}[{i}]", v, depth - 1)
 
 
+def check_objects(name: str, noun: str, value, required, known, check_member) -> None:
+    """A list of JSON objects (pools, buffers): each an object with every `required` key and none
+    outside `known`; ``check_member(where, key, member_value)`` judges each member's type."""
+    if not isinstance(value, (list, tuple)):
+        raise CaseError(f"case field {name!r} must be a list of {noun} objects, got {show(value)}")
+    for i, obj in enumerate(value):
+        where = f"{name}[{i}]"
+        if not isinstance(obj, dict):
+            raise CaseError(f"case field {where!r} must be an object, got {show(obj)}")
+        missing = [k for k in required if k not in obj]
+        if missing:
+            raise CaseError(f"case field {where!r} is missing {', '.join(missing)}")
+        unknown = sorted(set(obj) - set(known))
+        if unknown:
+            raise CaseError(f"case field {where!r} has unknown field(s): {', '.join(unknown)}")
+        for key, member in obj.items():
+            check_member(f"{where}.{key}", key, member)
+
+
 class CaseBase:
     """What every case type shares: JSON, hashing, the perturbation, field checks."""
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from mambafuzz import oracle
-from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, check_nested, show
+from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, check_nested, check_objects, show
 from mambafuzz.errors import CaseError
 from mambafuzz.oracle import PoolLayout
 
@@ -45,27 +45,19 @@ _POOL_REQUIRED = ("kind", "offset", "num_blocks", "block_stride", "elem_size")
 _POOL_FIELDS = {f.name for f in dataclasses.fields(PoolLayout)}
 
 
+def _check_pool_member(where: str, key: str, value) -> None:
+    if key == "kind":
+        if not isinstance(value, str):
+            raise CaseError(f"case field {where!r} must be a string, got {show(value)}")
+    elif key == "inner":
+        check_int_list(where, value)
+    else:
+        check_int(where, value)
+
+
 def _check_pools(value) -> None:
     """Types only; the oracle (PoolLayout.validate) judges the geometry."""
-    if not isinstance(value, (list, tuple)):
-        raise CaseError(f"case field 'pools' must be a list of pool objects, got {show(value)}")
-    for i, pool in enumerate(value):
-        where = f"pools[{i}]"
-        if not isinstance(pool, dict):
-            raise CaseError(f"case field {where!r} must be an object, got {show(pool)}")
-        missing = [k for k in _POOL_REQUIRED if k not in pool]
-        if missing:
-            raise CaseError(f"case field {where!r} is missing {', '.join(missing)}")
-        unknown = sorted(set(pool) - _POOL_FIELDS)
-        if unknown:
-            raise CaseError(f"case field {where!r} has unknown field(s): {', '.join(unknown)}")
-        if not isinstance(pool["kind"], str):
-            raise CaseError(f"case field '{where}.kind' must be a string, got {show(pool['kind'])}")
-        for key, v in pool.items():
-            if key == "inner":
-                check_int_list(f"{where}.inner", v)
-            elif key != "kind":
-                check_int(f"{where}.{key}", v)
+    check_objects("pools", "pool", value, _POOL_REQUIRED, _POOL_FIELDS, _check_pool_member)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from mambafuzz import oracle
-from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, show
+from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, check_objects, show
 from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.oracle import SlotBuffer
 
@@ -50,20 +50,8 @@ _BUFFER_FIELDS = tuple(f.name for f in dataclasses.fields(SlotBuffer))
 
 def _check_buffers(value) -> None:
     """Types only; the oracle (SlotBuffer.validate, check_slots) judges the geometry."""
-    if not isinstance(value, (list, tuple)):
-        raise CaseError(f"case field 'buffers' must be a list of buffer objects, got {show(value)}")
-    for i, buf in enumerate(value):
-        where = f"buffers[{i}]"
-        if not isinstance(buf, dict):
-            raise CaseError(f"case field {where!r} must be an object, got {show(buf)}")
-        missing = [k for k in _BUFFER_FIELDS if k not in buf]
-        if missing:
-            raise CaseError(f"case field {where!r} is missing {', '.join(missing)}")
-        unknown = sorted(set(buf) - set(_BUFFER_FIELDS))
-        if unknown:
-            raise CaseError(f"case field {where!r} has unknown field(s): {', '.join(unknown)}")
-        for key, v in buf.items():
-            check_int(f"{where}.{key}", v)
+    check_objects("buffers", "buffer", value, _BUFFER_FIELDS, _BUFFER_FIELDS,
+                  lambda where, key, member: check_int(where, member))
 
 
 def _check_dtype(value) -> None:
