@@ -58,15 +58,15 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
                    help="race (CPU default) records every load and store; compare checks bytes only")
     p.add_argument("--reps", type=_positive(int), default=None,
                    help="repetitions per case (None: 1 on cpu, 100 on cuda)")
-    p.add_argument("--max-examples", type=_positive(int), default=max_examples)
+    p.add_argument("--max-examples", type=_positive(int), default=max_examples, help="examples per target at most")
     p.add_argument("--min-examples", type=_positive(int), default=10,
                    help="a target with fewer valid examples is inconclusive (exit 3), not clean")
     p.add_argument("--time", type=_positive(float), default=time_default, metavar="SECONDS",
                    help="time budget for the whole run, shrinking included; targets share it")
     p.add_argument("--shrink-time", type=_positive(float), default=60.0, metavar="SECONDS",
                    help="at most this long shrinking one finding (within --time)")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--crashes-dir", type=Path, default=Path("crashes"))
+    p.add_argument("--seed", type=int, default=None, help="seed the draws (the example database still replays)")
+    p.add_argument("--crashes-dir", type=Path, default=Path("crashes"), help="where crash files are written")
     p.add_argument("--database", default=".mambafuzz/examples",
                    help="Hypothesis example database: a directory, redis://HOST:PORT, or 'none'")
     p.add_argument("--profile", choices=("cpu", "gpu", "gpu-amp"), default=None,
@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fuzz", help="fuzz chosen targets (long sessions on a GPU box)")
     p.add_argument("--target", action="append", required=True,
                    help="name, glob, or module:function (with --contract); repeatable")
-    p.add_argument("--contract", choices=contracts.NAMES, help="the contract of a module:function target")
+    p.add_argument("--contract", choices=contracts.NAMES, metavar="CONTRACT",
+                   help=f"the contract of a module:function target: {', '.join(contracts.NAMES)}")
     _add_contract_options(p, with_defaults=True)
     _add_run_options(p, max_examples=1000, time_default=None)
 
@@ -124,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", default=None,
                    help="run this target instead of the one recorded: a name, or module:function "
                         "(contract and overlap from each crash file)")
-    p.add_argument("--contract", choices=contracts.NAMES, default=None,
-                   help="with --against module:function: its contract (None: the crash file's)")
+    p.add_argument("--contract", choices=contracts.NAMES, default=None, metavar="CONTRACT",
+                   help=f"with --against module:function: its contract, {', '.join(contracts.NAMES)} "
+                        "(None: the crash file's)")
     _add_contract_options(p, with_defaults=False)
     p.add_argument("--device", default="cpu", choices=device_mod.DEVICES)
     p.add_argument("--mode", choices=("compare", "race"), default=None)

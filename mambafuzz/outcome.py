@@ -18,8 +18,14 @@ TABLE = (
 )
 
 
-def table_text() -> str:
-    return "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in TABLE)
+def table_text(width: int = 79) -> str:
+    """The table for --help, wrapped to fit 80 columns."""
+    import textwrap
+
+    lines = ["exit codes:"]
+    for code, text in TABLE:
+        lines += textwrap.wrap(text, width, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
+    return "\n".join(lines)
 
 
 def exit_code(statuses: list[str], interrupted: bool = False) -> int:

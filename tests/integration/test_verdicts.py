@@ -284,3 +284,10 @@ def test_output_at_80_columns_keeps_commands_and_paths_whole(tmp_path):
     table = [line for line in lines if line[:1] in "┏┃┡│└"]
     assert table and all(len(line) <= 80 for line in table)
     assert proc.stdout.endswith("\n")
+
+
+def test_help_shows_defaults_and_the_exit_codes_within_80_columns(tmp_path):
+    proc = mf("fuzz", "--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "(default: 1000)" in proc.stdout and "exit codes:" in proc.stdout and "130" in proc.stdout
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines()), max(proc.stdout.splitlines(), key=len)
