@@ -113,6 +113,7 @@ def failure_message(finding, *, replay: str | None, rerun: str | None, replayed:
              f"  {verdict.summary()}"]
     lines += [f"  {'witness:' if i == 0 else '        '} {line}" for i, line in enumerate(witness_lines(verdict))]
     lines.append(f"  case: {finding.case.describe()}")
+    lines += [f"  {line}" for line in finding.gpu_lines()]
     if finding.path is not None:
         lines.append(f"  saved: {finding.path}")
     if replay:

@@ -1,4 +1,4 @@
-"""`mambafuzz` command line: list, fuzz, smoke, zoo, replay, selfcheck.
+"""`mambafuzz` command line: list, fuzz, smoke, zoo, replay, report, selfcheck.
 
 The CLI parses and prints; running targets is ``runner``'s job.  Output is
 made for CI logs too: tables fit 80 columns, and every command and path a user
@@ -82,6 +82,11 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--hang-timeout", type=_positive(float), default=120.0, metavar="SECONDS",
                    help="a worker silent this long in one case is a hang finding")
     p.add_argument("--fresh", action="store_true", help="ignore a saved, interrupted session with these options")
+    p.add_argument("--observe", type=Path, default=None, metavar="DIR",
+                   help="write Hypothesis observability records (JSON lines, what Tyche reads) under DIR")
+    p.add_argument("--cpu-witness", action=argparse.BooleanOptionalAction, default=True,
+                   help="run a GPU finding again under the CPU race recorder in a child process, shrink it "
+                        "there and confirm the smaller case on the GPU")
 
 
 def _add_contract_options(p, *, with_defaults: bool) -> None:
@@ -136,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a replayed crash or hang finding runs in a child process stopped after this long")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("report", help="one static HTML page from a --json report, a session or crash files")
+    p.add_argument("path", type=Path, help="a saved --json report (fuzz, smoke, zoo, replay), a session's state "
+                                           "file or folder (.mambafuzz/sessions), a crash file or folder")
+    p.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="the page to write")
+
     p = sub.add_parser("selfcheck", help="check the oracle against hand-worked examples")
     return parser
 
@@ -157,8 +167,34 @@ def _fuzz_options(args, device: str):
     return FuzzOptions(device=device, mode=mode, reps=reps, max_examples=args.max_examples,
                        min_examples=args.min_examples, time_budget=None, shrink_budget=args.shrink_time,
                        seed=args.seed, database=database, crashes_dir=crashes_dir, profile=profile,
+                       observe=_observe_dir(args.observe),
+                       witness=args.cpu_witness,
                        contract_options={o.name: getattr(args, o.name) for c in contracts.CONTRACTS.values()
                                          for o in c.cli_options if getattr(args, o.name, None) is not None})
+
+
+def _observe_dir(folder: Path | None) -> str | None:
+    """--observe's folder, absolute (workers run elsewhere), checked writable now."""
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".mambafuzz-write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--observe {folder} is not a writable folder: {exc.strerror or exc}") from None
+    return str(folder.absolute())
+
+
+def _print_coverage(reports) -> None:
+    """Per target, how many examples drew each feature's buckets; a warning (for a target with no finding)
+    about the buckets its contract draws that this run never did.  Lines fit 80 columns."""
+    from .features import summary_lines
+
+    for r in reports:
+        for line in summary_lines(r.target, r.tally, warn=r.finding is None):
+            print(line)
 
 
 def _check_writable(folder: Path) -> None:
@@ -196,11 +232,14 @@ def _details(reports, device: str) -> list[str]:
         if f is not None:
             lines.append(f"FINDING {r.target} ({f.verdict.kind}): {f.verdict.summary()}")
             lines.append(f"  case: {f.case.describe()}")
+            lines += [f"  {line}" for line in f.gpu_lines()]
             if f.path:
                 lines.append(f"  saved: {f.path}{'' if r.written else ' (known already)'}")
                 lines.append(f"  replay: {replay_command(f.path, f)}")
         elif r.status in ("inconclusive", "interrupted") and r.why:
             lines.append(f"{r.status.upper()} {r.target}: {r.why}")
+        for kernel, why in r.uninstrumented.items():
+            lines.append(f"NOTE {r.target}: kernel {kernel} ran without warp delays: {why}")
     return lines
 
 
@@ -334,6 +373,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
                            targets=[r.to_json() for r in reports]))
         return code
     _print_reports(reports, title, device)
+    _print_coverage(reports)
     if interrupted:
         print("interrupted: every failure seen so far is saved")
     counts = {s: sum(r.status == s for r in reports) for s in ("finding", "inconclusive")}
@@ -386,6 +426,7 @@ def cmd_zoo(args) -> int:
             print(f"{r.target}: {r.finding.case.describe()}")
         elif r.why:
             print(f"{r.target}: {r.status}: {r.why}")
+    _print_coverage([r for r in reports if r.finding is None])  # what an escaped variant was tried on
     print(f"{sum(row['caught'] for row in rows)} of {len(targets)} zoo variants caught"
           + (f"; escaped: {', '.join(escaped)}" if escaped else "")
           + (f"; not checked: {', '.join(unchecked)}" if unchecked else "") + f"; exit {code}")
@@ -449,6 +490,16 @@ def cmd_replay(args) -> int:
     return code
 
 
+def cmd_report(args) -> int:
+    """Write the page; a bad input or output is one line and exit 2."""
+    from .report import build
+
+    report = build(args.path, args.output)
+    found = sum(t.finding is not None for t in report.targets)
+    print(f"wrote {args.output} ({len(report.targets) or len(report.files)} row(s), {found} finding(s))")
+    return EXIT_CLEAN
+
+
 def cmd_selfcheck(args) -> int:
     from .selfcheck import run_selfcheck
 
@@ -459,7 +510,7 @@ def cmd_selfcheck(args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "fuzz": cmd_fuzz, "smoke": lambda a: cmd_fuzz(a, smoke=True), "zoo": cmd_zoo,
-            "replay": cmd_replay, "selfcheck": cmd_selfcheck}
+            "replay": cmd_replay, "selfcheck": cmd_selfcheck, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        err.print(f"mambafuzz: error: {exc}", highlight=False)
+        err.print(f"mambafuzz: error: {exc}", highlight=False, markup=False)  # "mambafuzz[report]" is no tag
         return EXIT_USAGE
     except KeyboardInterrupt:  # a second signal: stop now
         err.print("mambafuzz: interrupted", highlight=False)

@@ -68,6 +68,7 @@ class Verdict:
     fault: str | None = None        # the process or CUDA context is gone: what happened, one line
     exception: str | None = None    # the kernel or the user's function raised (blame.KERNEL)
     fault_kind: str = "fault"       # with `fault`: fault (CUDA), crash (the process died) or hang
+    instrumented: dict | None = None  # a user kernel's perturbed launches (instrument.LaunchRecord JSON)
 
     @property
     def failed(self) -> bool:
@@ -112,7 +113,8 @@ class Verdict:
                 "rate_upper95": self.rate_upper95, "summary": self.summary(),
                 "mismatch": self.mismatch.to_json() if self.mismatch else None,
                 "hazards": [h.to_json() for h in self.hazards], "fault": self.fault,
-                "exception": self.exception}
+                "exception": self.exception,
+                **({"instrumented": self.instrumented} if self.instrumented else {})}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> "Verdict":
@@ -132,7 +134,9 @@ class Verdict:
                           mismatch=Mismatch.from_json(mismatch) if mismatch else None,
                           hazards=[SavedHazard(dict(h)) for h in body.get("hazards") or []],
                           fault=body.get("fault"), exception=body.get("exception"),
-                          fault_kind=kind if kind in FAULT_KINDS else "fault")
+                          fault_kind=kind if kind in FAULT_KINDS else "fault",
+                          instrumented=body.get("instrumented") if isinstance(body.get("instrumented"), dict)
+                          else None)
         except KeyError as exc:
             raise ValueError(f"missing {exc}") from None
         except (TypeError, AttributeError) as exc:
@@ -227,6 +231,13 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
 
 def _run_case(fn, case: Case, device: str, reps: int, mode: str, amplifiable: bool | None) -> Verdict:
     m = materialize(case, device)
+    verdict = _judged(fn, m, device, reps, mode, amplifiable)
+    if m.instrumented is not None:  # a user kernel's launches were perturbed: say which, and which not
+        verdict.instrumented = m.instrumented.to_json()
+    return verdict
+
+
+def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable: bool | None) -> Verdict:
     if device == "cuda" and reps > 1 and mode == "compare":
         from .gpu_reps import device_reps_enabled
         if device_reps_enabled():  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below

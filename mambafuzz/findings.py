@@ -51,6 +51,8 @@ class Finding:
     seconds_to_first: float = 0.0
     shrink_examples: int = 0
     path: Path | None = None
+    found_rate: list[int] | None = None   # [k, n] of the first failing case (a GPU race: before shrinking)
+    witness: dict[str, Any] | None = None  # cross.Witness JSON: the CPU's word on a GPU finding
 
     def to_json(self) -> dict[str, Any]:
         """kind, summary, case_hash, case_summary, reps and failures are derived, for readers."""
@@ -60,7 +62,24 @@ class Finding:
                 "case": self.case.to_json(), "reps": self.verdict.reps, "failures": self.verdict.failures,
                 "verdict": self.verdict.to_json(), "examples_to_first": self.examples_to_first,
                 "seconds_to_first": round(self.seconds_to_first, 3), "shrink_examples": self.shrink_examples,
-                "path": str(self.path) if self.path else None}
+                "path": str(self.path) if self.path else None,
+                **({"found_rate": list(self.found_rate)} if self.found_rate else {}),
+                **({"witness": self.witness} if self.witness else {})}
+
+    def gpu_lines(self) -> list[str]:
+        """A GPU race's two rates (as found, as handed over) and the CPU's witness, one line each."""
+        lines = []
+        if self.found_rate and self.device == "cuda":
+            k, n = self.found_rate
+            lines.append(f"rate: {k}/{n} as found; {self.verdict.failures}/{self.verdict.reps} on this case "
+                         f"(< {self.verdict.rate_upper95:.2g} at 95%)")
+        if self.witness:
+            from .cross import Witness
+            try:
+                lines.append(Witness.from_json(self.witness).line())
+            except (ValueError, TypeError):
+                pass
+        return lines
 
     @classmethod
     def from_json(cls, body: dict[str, Any], path: Path | None = None) -> "Finding":
@@ -75,7 +94,8 @@ class Finding:
                    examples_to_first=found.get("examples_to_first", 0),
                    seconds_to_first=found.get("seconds_to_first", 0.0),
                    shrink_examples=found.get("shrink_examples", 0),
-                   path=path if path is not None else Path(where) if where else None)
+                   path=path if path is not None else Path(where) if where else None,
+                   found_rate=body.get("found_rate"), witness=body.get("witness"))
 
 
 _FOUND = ("examples_to_first", "seconds_to_first", "shrink_examples")
@@ -223,6 +243,10 @@ _FIELDS: dict[str, tuple] = {  # field -> (check, what it must be); "case" and "
     "shrink_examples": (_count, "a non-negative integer"),
     "seconds_to_first": _SECONDS,
     "environment": _OBJECT,
+    "found_rate": ((lambda v: isinstance(v, list) and len(v) == 2 and all(_count(x) for x in v) and v[0] <= v[1]),
+                   "[failures, repetitions]"),
+    "witness": ((lambda v: isinstance(v, dict) and v.get("status") in ("witnessed", "not-witnessed",
+                                                                       "unavailable")), "a CPU witness object"),
 }
 
 

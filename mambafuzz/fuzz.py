@@ -17,6 +17,7 @@ process's exit code.
 """
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import random
 import re
@@ -31,7 +32,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 
 from mambafuzz import strategies
 
-from . import findings, interrupt
+from . import features, findings, flaky, interrupt
 from .cases import Case
 from .engine import Verdict, run_case
 from .errors import CaseError, Inconclusive, InternalError, UsageError
@@ -73,6 +74,8 @@ class TargetReport:
     rejected: list[str] = field(default_factory=list)
     min_examples: int = 1          # fewer valid examples than this is not a clean run
     finished: bool = False         # the target's run has ended (the live view prints it once)
+    uninstrumented: dict[str, str] = field(default_factory=dict)  # user kernels run without warp delays: why
+    tally: features.Tally = field(default_factory=features.Tally)  # coverage, race map, examples over time
 
     @property
     def status(self) -> str:
@@ -105,8 +108,8 @@ class TargetReport:
                 "why": self.why or None, "detail": self.detail, "examples": self.examples, "reps": self.reps,
                 "failed_reps": self.failed_reps, "seconds": round(self.seconds, 3),
                 "min_examples": self.min_examples, "interrupted": self.interrupted, "written": self.written,
-                "rejected": list(self.rejected),
-                "finding": self.finding.to_json() if self.finding is not None else None}
+                "rejected": list(self.rejected), "uninstrumented": dict(self.uninstrumented),
+                "finding": self.finding.to_json() if self.finding is not None else None, **self.tally.to_json()}
 
     @classmethod
     def from_json(cls, body: dict) -> "TargetReport":
@@ -117,7 +120,9 @@ class TargetReport:
                    seconds=body.get("seconds", 0.0), stop=body.get("stop", "not-run"), detail=body.get("detail"),
                    interrupted=body.get("interrupted", False), written=body.get("written", False),
                    rejected=list(body.get("rejected", [])), min_examples=body.get("min_examples", 1),
-                   finding=findings.Finding.from_json(finding) if finding else None)
+                   uninstrumented=dict(body.get("uninstrumented") or {}),
+                   finding=findings.Finding.from_json(finding) if finding else None,
+                   tally=features.Tally.from_json(body))
 
 
 @dataclass
@@ -136,6 +141,14 @@ class FuzzOptions:
     profile: strategies.Profile = strategies.CPU
     errors_dir: Path = Path(".mambafuzz/errors")
     contract_options: dict = field(default_factory=dict)  # the contracts' CliOptions by name (layout=, tiles=)
+    observe: str | None = None           # a folder for Hypothesis observability records (--observe)
+    witness: bool = True                 # a GPU finding is run again under the CPU race recorder (cross.py)
+    witness_seconds: float = 60.0        # the CPU child's time, its shrink included
+
+    @property
+    def flaky(self) -> bool:
+        """Repetitions judged on the GPU: a failure is a rate, and shrinking judges by k/N (flaky.py)."""
+        return self.device == "cuda" and self.reps > 1 and self.mode == "compare"
 
 
 def _seed_hypothesis(seed: int) -> None:
@@ -221,6 +234,15 @@ class _Best:
         self.shrinks = 0
         self.path: Path | None = None       # where the best case is on disk
         self.own_path: Path | None = None   # a file this run wrote (a known crash's file is never removed)
+        self.found_rate: tuple[int, int] | None = None  # k/N of the first failing case
+        self.witness = None                 # cross.Witness: the CPU's word on a GPU finding
+
+    @property
+    def p0(self) -> float:
+        """The first failure's rate: what a shrinking candidate is judged against (flaky.budget)."""
+        if not self.found_rate or not self.found_rate[1]:
+            return 1.0
+        return self.found_rate[0] / self.found_rate[1]
 
     def counts(self, verdict: Verdict) -> bool:
         """Whether `verdict` is the same failure: wrong bytes stay required once seen, so that
@@ -239,6 +261,7 @@ class _Best:
         if first:
             self.first_at = time.monotonic()
             self.first_examples = self.report.examples
+            self.found_rate = (verdict.failures, verdict.reps) if self.opts.flaky else None
         self.case, self.verdict = case, verdict
         finding = self.finding()
         self.report.finding = finding
@@ -261,7 +284,9 @@ class _Best:
         return findings.Finding(
             target=self.target.name, contract=self.target.contract, device=self.opts.device, mode=self.opts.mode,
             case=self.case, verdict=self.verdict, examples_to_first=self.first_examples,
-            seconds_to_first=self.first_at - self.start, shrink_examples=self.shrinks, path=self.path)
+            seconds_to_first=self.first_at - self.start, shrink_examples=self.shrinks, path=self.path,
+            found_rate=list(self.found_rate) if self.found_rate else None,
+            witness=self.witness.to_json() if self.witness is not None else None)
 
 
 def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None) -> None:
@@ -270,10 +295,27 @@ def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None
         report.context_lost = True
 
 
-def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport) -> Verdict | None:
+def _run(target, opts: FuzzOptions, case: Case, best: _Best | None = None,
+         stop: Callable[[], bool] = lambda: False) -> Verdict:
+    """One example's verdict; while shrinking a GPU failure (`best` given), batches judged by k/N."""
+    one = lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)  # noqa: E731
+    if best is None or best.case is None or not opts.flaky:
+        return one()
+    return flaky.judge(one, best.p0, opts.reps, stop=stop)
+
+
+def _note_instrumented(report: TargetReport, verdict: Verdict) -> None:
+    """Keep, once per kernel, why a user kernel ran without the warp delays its case asked for."""
+    for kernel in (verdict.instrumented or {}).get("kernels", []):
+        if kernel.get("reason"):
+            report.uninstrumented.setdefault(kernel.get("name", "?"), kernel["reason"])
+
+
+def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport, best: _Best | None = None,
+           stop: Callable[[], bool] = lambda: False) -> Verdict | None:
     """run_case while shrinking, with None for a case that could not be checked (that is 'passes')."""
     try:
-        verdict = run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
+        verdict = _run(target, opts, case, best, stop)
     except CaseError:
         return None
     except (Inconclusive, InternalError):
@@ -289,7 +331,7 @@ def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> None:
 
     def still_fails(case: Case) -> bool:
         interrupt.check()
-        verdict = _judge(target, opts, case, report)
+        verdict = _judge(target, opts, case, report, best, lambda: time.monotonic() > shrink_end)
         if verdict is None or report.context_lost or not best.counts(verdict):
             return False
         best.keep(case, verdict)
@@ -298,6 +340,56 @@ def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> None:
     _, tried = reduce_case(best.case, still_fails,
                            lambda: time.monotonic() <= shrink_end and not report.context_lost)
     best.shrinks += tried
+
+
+def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> None:
+    """A GPU finding: the CPU's witness and deterministic shrink, then the GPU's rate on what is kept.
+
+    The CPU-shrunk case (with the GPU case's perturbation put back: the CPU
+    drops it, the GPU needs it) replaces the finding only when the GPU fails
+    on it too and it is smaller; either way the kept case's rate is measured
+    again over ``flaky.CONFIRM_REPS`` repetitions, so the finding reports the
+    rate it was found at (``found_rate``) and the rate of what it hands over.
+    """
+    from .cases import case_from_json
+    from .cross import WITNESSED, cpu_witness
+
+    report = best.report
+    left = (end - time.monotonic()) if end is not None else opts.witness_seconds
+    stop = (lambda: time.monotonic() > end) if end is not None else (lambda: False)
+    if opts.witness and left > 5:
+        witness = cpu_witness(target, best.case, timeout=min(opts.witness_seconds, left),
+                              shrink_seconds=min(opts.witness_seconds, left) * 0.6)
+        best.witness = witness
+        if witness.status == WITNESSED and witness.cpu_case is not None:
+            smaller = case_from_json(witness.cpu_case)
+            if getattr(best.case, "perturb", None) is not None:
+                smaller = smaller.with_perturb(best.case.perturb)
+            if smaller.size < best.case.size:
+                verdict = _judge(target, opts, smaller, report, best, stop)
+                if verdict is not None and best.counts(verdict):
+                    verdict = _measured(target, opts, smaller, verdict, stop)
+                    witness.gpu_rate = [verdict.failures, verdict.reps]
+                    witness.adopted = True
+                    best.keep(smaller, verdict)
+                    return
+                if verdict is not None:
+                    witness.gpu_rate = [verdict.failures, verdict.reps]
+    try:
+        verdict = _measured(target, opts, best.case, best.verdict, stop)
+    except Exception:  # noqa: BLE001 - the finding stands as it is; the measure was only for the report
+        return
+    if best.counts(verdict):
+        best.keep(best.case, verdict)  # the same case, its rate measured: the file is rewritten
+
+
+def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, stop) -> Verdict:
+    """`verdict` topped up to flaky.CONFIRM_REPS repetitions of `case` (the rate a report prints)."""
+    if verdict.reps >= flaky.CONFIRM_REPS:
+        return verdict
+    more = flaky.measure(lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode),
+                         opts.reps, flaky.CONFIRM_REPS - verdict.reps, stop=stop)
+    return flaky.merge(copy.copy(verdict), more)
 
 
 def _end_time(opts: FuzzOptions, start: float) -> float | None:
@@ -324,6 +416,8 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
     strategy = strategies.for_contract(target.contract, profile=opts.profile,
                                        **{**opts.contract_options, "overlap": target.overlap})
     best = _Best(target, opts, report, start, on_finding)
+    report.tally.expect(target.contract, profile=opts.profile, device=opts.device,
+                        options={**opts.contract_options, "overlap": target.overlap})
 
     def shrink_end() -> float:
         limit = best.first_at + opts.shrink_budget
@@ -343,7 +437,8 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         if before_case is not None:
             before_case(case)
         try:
-            verdict = run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
+            verdict = _run(target, opts, case, best if shrinking else None,
+                           lambda: time.monotonic() > shrink_end())
         except CaseError as exc:  # the strategy drew something the oracle rejects: our bug, say so
             report.rejected.append(f"{case.describe()}: {exc}")
             assume(False)
@@ -358,7 +453,9 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                 return
             raise _Stop("internal-error", _write_error(opts, target.name, exc)) from None
         _note_fault(opts, report, verdict)
+        _note_instrumented(report, verdict)
         report.examples += 1
+        features.observe(report.tally, case, verdict, time.monotonic() - start)
         report.reps += verdict.reps
         report.failed_reps += verdict.failures
         report.seconds = time.monotonic() - start
@@ -391,7 +488,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             chunk_index += 1
             before = report.examples
             try:
-                test()
+                features.run_observed(test, opts.observe, target.name)
             except (_CaseFailed, Flaky, Unsatisfiable):
                 pass
             if report.examples == before and best.case is None:
@@ -399,6 +496,8 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                 break
         if best.case is not None and not report.context_lost:  # again, on what Hypothesis shrank to
             _reduce(target, opts, best, shrink_end())
+        if best.case is not None and opts.flaky and not report.context_lost:
+            _cross_check(target, opts, best, end)
     except _Stop as stop:
         report.stop, report.detail = stop.stop, stop.detail
     except (interrupt.StopRequested, KeyboardInterrupt):

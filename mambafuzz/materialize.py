@@ -85,6 +85,9 @@ class Materialized:
     positions: np.ndarray | None = None  # sparse mode: arena offset of each snapshot byte
     _positions: torch.Tensor | None = None
     perturb: Perturb | None = None  # the case's race amplification, validated
+    # the latest run's record of a non-amplifiable target's perturbed launches (instrument.LaunchRecord):
+    # which kernels got warp delays and why others did not; None when nothing was perturbed
+    instrumented: Any = None
 
     def restore(self) -> None:
         if self._positions is None:
@@ -100,13 +103,27 @@ class Materialized:
         The contract's arguments go positionally (in contract order), its
         options by keyword, ``arena=`` only when ``fn`` accepts it, and
         ``perturb=`` only when the case has one and the target is amplifiable
-        (``amplifiable``, or else ``fn.amplifiable``).
+        (``amplifiable``, or else ``fn.amplifiable``).  Any other target with a
+        perturbed case runs, when compiled, with its Triton launches
+        intercepted (``mambafuzz.instrument``): instrumented variants with the
+        warp delays, at the perturbation's warp count; ``self.instrumented``
+        keeps the record.  Interpreted, the delays compile to nothing: no
+        interception.
         """
         if amplifiable is None:
             amplifiable = bool(getattr(fn, "amplifiable", False))
         extra = {"arena": self.arena} if accepts(fn, "arena") else {}
         if self.perturb is not None and amplifiable:
             extra["perturb"] = self.perturb
+        if self.perturb is not None and not amplifiable and self.device != "cpu":
+            from mambafuzz.instrument import perturbed_launches  # imports kernels: only once compiled is chosen
+            with perturbed_launches(self.perturb) as record:
+                self.instrumented = record
+                self._call(fn, extra)
+        else:
+            self._call(fn, extra)
+
+    def _call(self, fn, extra: dict[str, Any]) -> None:
         if by_position(fn, len(self.args)):
             fn(*self.args.values(), **self.kwargs, **extra)
         else:

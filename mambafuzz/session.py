@@ -29,6 +29,7 @@ from . import findings, interrupt
 from .cases import case_from_json
 from .engine import Verdict
 from .errors import CaseError, UsageError
+from .features import Tally
 from .findings import Finding, atomic_write_json
 from .fuzz import TargetReport
 
@@ -203,6 +204,7 @@ class Session:
         rep.seconds = max(b.get("seconds", 0.0) for b in partial.values())
         rep.rejected = [m for b in partial.values() for m in b.get("rejected", [])]
         rep.min_examples = max(b.get("min_examples", 1) for b in partial.values())
+        rep.tally = Tally.merged([Tally.from_json(b) for b in partial.values()])  # coverage, race map
         for key in ("stop", "detail"):
             if body.get(key):
                 setattr(rep, key, body[key])
