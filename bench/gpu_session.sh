@@ -1,35 +1,43 @@
 #!/usr/bin/env bash
-# One device call's worth of GPU work: GPU tests, racy-variant rates, kernel benchmark, CLI on cuda
-# (and, as step 'amp', the race-amplification benchmark, and as step 'reps', repetitions per second
-# of plain vs device-judged runs (bench/gpu_bench.py); neither in the default steps).
-# Usage (on the GPU box, repo root): OUT=/some/dir bash bench/gpu_session.sh [steps...]
+# One device call's worth of GPU work, every step's exact command logged with the commit it ran at.
+# Usage (on the GPU box, repo root): OUT=/some/dir MF_COMMIT=<sha> bash bench/gpu_session.sh STEP...
+# Steps: info tests reps kernel racy amp ampzoo useramp racemap.  Results go to $OUT/w/ and, at the
+# end, into one archive $OUT/gpu_results.tgz (the device tool brings few files back).
 set -u
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
-OUT=${OUT:-/tmp/mambafuzz-gpu}; mkdir -p "$OUT"
-steps=${*:-"info tests racy kernel cli"}
-for step in $steps; do
-  echo "=== $step $(date -u +%H:%M:%S)"
+export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+OUT=${OUT:-/tmp/mambafuzz-gpu}; W="$OUT/w"; mkdir -p "$W"
+COMMIT=${MF_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+MF="python3 -m mambafuzz"
+
+run() {  # run STEP TIMEOUT COMMAND...: log the command, its start, its exit status and its seconds
+  local step=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  echo "=== $step $(date -u +%FT%TZ) commit $COMMIT: $*" | tee -a "$W/commands.txt"
+  timeout "$limit" bash -c "$*"
+  local rc=$?
+  echo "--- $step exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$W/commands.txt"
+}
+
+for step in "$@"; do
   case $step in
-    info) nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/info.txt"
-          python3 -c "import torch, triton, hypothesis; print('torch', torch.__version__, 'triton', triton.__version__, 'hypothesis', hypothesis.__version__)" | tee -a "$OUT/info.txt" ;;
-    tests) MAMBAFUZZ_DEVICE=cuda timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt" ;;
-    racy) timeout 240 python3 bench/gpu_racy.py --reps 100 --out "$OUT/gpu_racy.md" 2>&1 | tail -60 ;;
-    amp) timeout 280 python3 bench/amplify_bench.py --out "$OUT/amplify.md" 2>&1 | tail -80 ;;
-    reps) timeout 300 python3 bench/gpu_bench.py --out "$OUT/gpu_bench.md" 2>&1 | tail -40 ;;
-    session) timeout 420 python3 bench/session_bench.py --seconds 40 --out "$OUT/session_bench.md" 2>&1 | tail -30 ;;
-    ampzoo) timeout 400 python3 -m mambafuzz.cli zoo --device cuda --profile gpu-amp --reps 50 --time 300 --json \
-           --target zoo.SD-SPAN --target zoo.DS-ROW --target zoo.PP-INPLACE --target zoo.BM-NOGUARD --target zoo.BM-RIGHT \
-           --crashes-dir "$OUT/ampzoo-crashes" > "$OUT/ampzoo.json" 2> "$OUT/ampzoo.err"; echo "ampzoo exit $?"
-         python3 -c "
-import json; d=json.load(open('$OUT/ampzoo.json'))
-for v in d['variants']: print(v['target'], v['caught'], v['kind'], v['seconds_to_first'], v['case'])" ;;
-    kernel) timeout 180 python3 bench/kernel_bench.py --out "$OUT/kernel_bench.md" 2>&1 | tail -60 ;;
-    cli) timeout 120 python3 -m mambafuzz.cli zoo --device cuda --reps 20 --time 90 --json \
-           --target 'zoo.BM-*' --target zoo.TAIL-DROP --target zoo.DS-CONTIG --target zoo.TILE-GAP \
-           --target zoo.PAD-CLOBBER --target zoo.NOOP-SKIP --target zoo.SD-SPAN --target zoo.DS-ROW \
-           --target zoo.PP-INPLACE --crashes-dir "$OUT/zoo-crashes" > "$OUT/zoo_cuda.json" 2> "$OUT/zoo_cuda.err"
-         echo "zoo exit $?"; python3 -c "
-import json; d=json.load(open('$OUT/zoo_cuda.json'))
-for v in d['variants']: print(v['target'], v['caught'], v['kind'], v['seconds_to_first'], v['case'])" ;;
+    info) run info 60 "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $W/info.txt;
+          python3 -c 'import torch, triton, hypothesis, numpy, platform; print(\"python\", platform.python_version(), \"torch\", torch.__version__, \"triton\", triton.__version__, \"hypothesis\", hypothesis.__version__, \"numpy\", numpy.__version__)' >> $W/info.txt; cat $W/info.txt" ;;
+    tests) run tests 330 "MAMBAFUZZ_DEVICE=cuda python3 -m pytest -m gpu -q -p no:cacheprovider tests/ > $W/gpu_tests.txt 2>&1; tail -5 $W/gpu_tests.txt" ;;
+    reps) run reps 300 "python3 bench/gpu_bench.py --pairs 3 --out $W/gpu_bench.md > $W/gpu_bench.log 2>&1; tail -30 $W/gpu_bench.log" ;;
+    kernel) run kernel 200 "python3 bench/kernel_bench.py --out $W/kernel_bench.md > $W/kernel_bench.log 2>&1; tail -5 $W/kernel_bench.log" ;;
+    racy) run racy 240 "python3 bench/gpu_racy.py --reps 100 --out $W/gpu_racy.md > $W/gpu_racy.log 2>&1; tail -5 $W/gpu_racy.log" ;;
+    amp) run amp 280 "python3 bench/amplify_bench.py --out $W/amplify.md > $W/amplify.log 2>&1; tail -5 $W/amplify.log" ;;
+    ampzoo) run ampzoo 260 "$MF zoo --device cuda --profile gpu-amp --reps 50 --isolate --time 150 --json \
+              --crashes-dir $W/ampzoo-crashes > $W/zoo_gpu_amp.json 2> $W/zoo_gpu_amp.err;
+            python3 -c \"import json; d=json.load(open('$W/zoo_gpu_amp.json')); print(sum(t['caught'] for t in d['targets']), 'of', len(d['targets']), 'caught');
+[print(t['target'], t['caught'], t['status'], (t.get('finding') or {}).get('seconds_to_first'), (t.get('finding') or {}).get('case_summary')) for t in d['targets']]\"" ;;
+    useramp) run useramp 330 "python3 bench/user_amp_bench.py --device cuda --time 60 --clean-time 30 --shrink-time 30 \
+              --cpu-json bench/results/user_amp_cpu.json --out $W/user_amp_h200.json --md $W/user_amp_h200.md \
+              > $W/user_amp.log 2>&1; cat $W/user_amp_h200.md" ;;
+    racemap) run racemap 200 "$MF fuzz --target zoo.BM-NOGUARD --target zoo.SD-SPAN --device cuda --profile gpu-amp \
+              --reps 50 --time 120 --json --database none --crashes-dir $W/racemap-crashes > $W/racemap.json 2> $W/racemap.err;
+            echo racemap exit \$?" ;;
+    *) echo "unknown step $step" ;;
   esac
 done
+tar czf "$OUT/gpu_results.tgz" -C "$W" . && ls -la "$OUT"

@@ -1,10 +1,10 @@
 """Many repetitions of one case on the device, judged on the device, one sync per batch.
 
-A repetition is exactly two kernel launches on the current stream: the target,
-then ``kernels.check.CheckRestore`` (count the bytes that differ from the
-oracle into ``counter[rep]``, copy the snapshot back).  The arena is restored
-once before the first repetition; after that every check leaves it restored
-for the next one.  The host reads ``counter`` once, at the end.
+A repetition is the target's launches on the current stream, then the judge's
+(one for ``kernels.check.CheckRestore``, two for ``ChunkCheck``): count the
+bytes that differ from the oracle into ``counter[rep]`` and leave the arena
+fit for the next repetition.  The arena is restored once before the first
+repetition.  The host reads ``counter`` once, at the end.
 
 Where it can, the launches go through a CUDA graph: K repetitions are captured
 once (the check's slot is ``k + slot_base[0]``, and the graph ends by adding K
@@ -13,6 +13,18 @@ repetitions left over run as plain launches.  A target that cannot be captured
 (the torch path synchronises with ``.tolist()``; a user adapter may do
 anything) makes the capture raise; the batch then runs as a plain launch loop,
 still judged on the device with one sync, and ``fallback_reason`` says why.
+
+Two judges (``choose_judge``): ``full`` (``CheckRestore`` over the whole
+arena, every repetition) for small and sparse arenas, where a repetition costs
+its launches, not its bytes; ``chunks`` (``kernels.check.ChunkCheck``) for dense
+arenas of ``CHUNK_MIN_BYTES`` or more, where reading the arena, expectation and
+snapshot and writing the arena every repetition would cost twice the target's
+own traffic.  ``chunk_plan`` says which chunks a repetition judges (those a
+correct target changes) and restores (those, unless the case is idempotent):
+ARCHITECTURE.md "Repetitions and amplification on a GPU" argues the design.
+On the chunks path the arena is left as the last repetition left it (the
+destinations may hold the expectation); ``run_reps`` and ``failing_mismatch``
+restore before they run.
 
 The decisions (whether to try a graph, how to cut ``reps`` into replays and a
 tail, what to do when the capture fails) are the pure functions
@@ -30,6 +42,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from . import contracts
 from .materialize import Materialized, Mismatch
 
 DEFAULT_K = 16          # repetitions per captured graph (at most)
@@ -37,6 +50,11 @@ MIN_GRAPH_REPS = 32     # graph=None: fewer repetitions than this are not worth 
 RERUN_ATTEMPTS = 16     # plain reruns tried to reproduce a failing repetition's bytes
 GRAPH_ENV = "MAMBAFUZZ_CUDA_GRAPH"  # "0": never capture, "1": always try, unset: auto
 HOST_REPS_ENV = "MAMBAFUZZ_HOST_REPS"  # "1": the engine keeps the old host loop on cuda (A/B of race rates)
+JUDGE_ENV = "MAMBAFUZZ_REPS_JUDGE"    # "full" | "chunks": force a judge (A/B); unset: by arena size
+JUDGES = ("full", "chunks")
+CHUNK_MIN_BYTES = 16 << 20  # dense arenas at least this big are judged by chunks
+FULL_EVERY = 32             # the chunks judge reads every chunk once in this many repetitions (and at the end)
+LOOP_MIN_BYTES = 256 << 20  # graph=None: arenas this big run as a plain launch loop (see use_graph)
 
 
 @dataclass
@@ -47,6 +65,7 @@ class RepResult:
     first_failing_rep: int | None
     used_graph: bool
     fallback_reason: str | None     # why no graph was used (None: graph=False, or a graph was used)
+    judge: str = "full"             # which judge ran: "full" (CheckRestore) or "chunks" (ChunkCheck)
 
 
 @dataclass(frozen=True)
@@ -80,14 +99,23 @@ def plan_batches(reps: int, k: int = DEFAULT_K) -> BatchPlan:
     return BatchPlan(kk, graphs, reps - graphs * kk)
 
 
-def use_graph(reps: int, graph: bool | None, capturable: bool) -> tuple[bool, str | None]:
-    """Whether to try a capture, and if not, why (None when the caller asked for no graph)."""
+def use_graph(reps: int, graph: bool | None, capturable: bool, arena_bytes: int = 0) -> tuple[bool, str | None]:
+    """Whether to try a capture, and if not, why (None when the caller asked for no graph).
+
+    Auto (`graph` None) also skips arenas of LOOP_MIN_BYTES or more: a
+    repetition's bytes then take longer than its launches (which the host
+    queues ahead of the device), while a capture's two warm-up repetitions
+    cost two repetitions' bytes and more.
+    """
     if graph is False:
         return False, None
     if not capturable:
         return False, "no CUDA graph on this device"
     if graph is None and reps < MIN_GRAPH_REPS:
         return False, f"{reps} repetitions: fewer than {MIN_GRAPH_REPS} are not worth a capture"
+    if graph is None and arena_bytes >= LOOP_MIN_BYTES:
+        return False, (f"a {arena_bytes >> 20} MiB arena: its repetitions are bound by bytes, not launches, "
+                       f"and a capture's warm-up costs two of them")
     return True, None
 
 
@@ -180,10 +208,64 @@ def cuda_capture(body: Callable[[], None], warmup: Callable[[], None]):
     return g
 
 
-class _Buffers:
-    """The device copies a check needs, made once per Materialized."""
+@dataclass(frozen=True)
+class ChunkPlan:
+    """Which chunks the chunks judge reads every repetition, and which of them it restores."""
 
-    def __init__(self, m: Materialized):
+    order: np.ndarray   # int64: every chunk id once, the changed chunks first
+    n_check: int        # chunks a correct repetition changes: judged every repetition
+    n_restore: int      # n_check, or 0 when the case is idempotent
+    idempotent: bool
+
+
+def chunk_plan(m: Materialized, chunk_bytes: int) -> ChunkPlan:
+    """The chunks judge's plan for a dense case (see ARCHITECTURE.md).
+
+    Changed chunks: those holding a byte where the expectation differs from
+    the snapshot.  Idempotent: the contract's oracle, run on the expectation,
+    gives the expectation back, i.e. no byte a correct target reads is one it
+    changed; then nothing needs restoring after a passing repetition.
+    """
+    if m.positions is not None:
+        raise ValueError("chunk_plan: sparse cases are judged in full")
+    n = int(m.snapshot.size)
+    n_chunks = -(-n // chunk_bytes)
+    changed = np.zeros(n_chunks * chunk_bytes, dtype=bool)
+    np.not_equal(m.expected, m.snapshot, out=changed[:n])
+    hot = changed.reshape(n_chunks, chunk_bytes).any(axis=1)
+    idempotent = not hot.any() or _idempotent(m)
+    order = np.concatenate([np.flatnonzero(hot), np.flatnonzero(~hot)]).astype(np.int64)
+    n_check = int(hot.sum())
+    return ChunkPlan(order, n_check, 0 if idempotent else n_check, idempotent)
+
+
+def _idempotent(m: Materialized) -> bool:
+    """Whether a second correct run on the expectation would change nothing (one oracle run)."""
+    contract = contracts.of(m.case)
+    expected = np.ascontiguousarray(m.expected)
+    again = contract.prepare(m.case, contract.image(m.case), expected, 0, "cpu").expected
+    return bool(np.array_equal(again, expected))
+
+
+def choose_judge(m: Materialized, judge: str | None = None) -> str:
+    """``judge`` if given, else ``MAMBAFUZZ_REPS_JUDGE`` (other values ignored, like
+    ``MAMBAFUZZ_CUDA_GRAPH``'s), else by size; sparse cases always "full"."""
+    if judge is not None and judge not in JUDGES:
+        raise ValueError(f"unknown repetition judge {judge!r}; known: {', '.join(JUDGES)}")
+    if judge is None and os.environ.get(JUDGE_ENV, "").strip() in JUDGES:
+        judge = os.environ[JUDGE_ENV].strip()
+    if m.positions is not None:
+        return "full"
+    if judge is None:
+        return "chunks" if m.arena.numel() >= CHUNK_MIN_BYTES else "full"
+    return judge
+
+
+class _Buffers:
+    """The device copies a check needs, made once per Materialized and judge."""
+
+    def __init__(self, m: Materialized, judge: str = "full", words: int | None = None,
+                 full_every: int = FULL_EVERY):
         dev = m.arena.device
         aux = {}
         if m.expected_accepted is not None:
@@ -193,23 +275,41 @@ class _Buffers:
                        .to(dev))
             if aux["aux_expected"].numel() != acc.numel():
                 raise ValueError("expected accepted counts and num_accepted differ in length")
-        from mambafuzz.kernels.check import CheckRestore
+        from mambafuzz.kernels.check import CHUNK_WORDS, CheckRestore, ChunkCheck
 
+        self.plan = None
         if m._positions is None:
             expected = torch.from_numpy(np.ascontiguousarray(m.expected)).to(dev)
-            self.check = CheckRestore(m.arena, expected, m._arena_snapshot, m.arena.numel(), **aux)
+            aligned = all(t.data_ptr() % 8 == 0 for t in (m.arena, expected, m._arena_snapshot))
+            if judge == "chunks" and aligned:
+                words = words or CHUNK_WORDS
+                self.plan = chunk_plan(m, 8 * words)
+                self.check = ChunkCheck(m.arena, expected, m._arena_snapshot, self.plan.order,
+                                        self.plan.n_check, self.plan.n_restore, full_every=full_every,
+                                        words=words, **aux)
+            else:
+                self.check = CheckRestore(m.arena, expected, m._arena_snapshot, m.arena.numel(), **aux)
         else:
             live = m.positions >= 0
             expected = torch.from_numpy(np.ascontiguousarray(m.expected[live])).to(dev)
             self.check = CheckRestore(m.arena, expected, m._arena_snapshot, expected.numel(),
                                       positions=m._positions, **aux)
+        self.judge = "chunks" if self.plan is not None else "full"
+
+    def __call__(self, counter, slot, slot_base, last_slot: int) -> None:
+        if self.plan is None:
+            self.check(counter, slot, slot_base)
+        else:
+            self.check(counter, slot, slot_base, last_slot)
 
     @staticmethod
-    def of(m: Materialized) -> "_Buffers":
-        cached = m.__dict__.get("_gpu_reps_buffers")
-        if cached is None:
-            cached = m.__dict__["_gpu_reps_buffers"] = _Buffers(m)
-        return cached
+    def of(m: Materialized, judge: str = "full", words: int | None = None,
+           full_every: int = FULL_EVERY) -> "_Buffers":
+        cache = m.__dict__.setdefault("_gpu_reps_buffers", {})
+        key = (judge, words, full_every)
+        if key not in cache:
+            cache[key] = _Buffers(m, judge, words, full_every)
+        return cache[key]
 
 
 def device_reps_enabled() -> bool:
@@ -228,18 +328,22 @@ def _runner(m: Materialized, fn, amplifiable: bool | None) -> Callable[[], None]
 
 
 def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: int = DEFAULT_K,
-             capture: Callable | None = None, amplifiable: bool | None = None) -> RepResult:
-    """Run `fn` on `m` `reps` times, each judged and restored on the device; one host sync.
+             capture: Callable | None = None, amplifiable: bool | None = None, judge: str | None = None,
+             chunk_words: int | None = None, full_every: int = FULL_EVERY) -> RepResult:
+    """Run `fn` on `m` `reps` times, each judged (and restored as needed) on the device; one host sync.
 
     `graph`: True tries a CUDA graph, False never does, None tries one when
     `reps` >= MIN_GRAPH_REPS.  `capture(body, warmup)` replaces `cuda_capture`
     (tests pass fakes; with one given, CPU tensors may take the graph path).
+    `judge` "full" / "chunks" / None (``choose_judge``); `chunk_words` and
+    `full_every` shape the chunks judge (tests use small chunks).
     """
     plan = plan_batches(reps, k)
-    check = _Buffers.of(m).check
+    bufs = _Buffers.of(m, choose_judge(m, judge), chunk_words, full_every)
     run = _runner(m, fn, amplifiable)
     dev = m.arena.device
     counter = torch.zeros(reps, dtype=torch.int64, device=dev)
+    last = reps - 1
     m.restore()
 
     # Every check passes a slot base (one compiled variant; warm-up, capture and loop all use it).
@@ -251,19 +355,20 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
 
     def launch_rep(slot: int) -> None:
         run()
-        check(counter, slot, zero_base)
+        bufs(counter, slot, zero_base, last)
 
     def body() -> None:
         for i in range(plan.k):
             run()
-            check(counter, i, slot_base)
+            bufs(counter, i, slot_base, last)
         slot_base.add_(plan.k)
 
-    def warmup() -> None:  # the same launches as body(), outside the capture
+    def warmup() -> None:  # the same launches as body(), outside the capture (a full judgement)
         run()
-        check(scratch, 0, zero_base)
+        bufs(scratch, 0, zero_base, 0)
 
-    try_graph, reason = use_graph(reps, graph, dev.type == "cuda" or capture is not None)
+    dense_bytes = m.arena.numel() if m.positions is None else 0
+    try_graph, reason = use_graph(reps, graph, dev.type == "cuda" or capture is not None, dense_bytes)
     cap = capture or cuda_capture
     d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason)
     per_rep = counter.cpu().numpy()  # the one host synchronisation of the batch
@@ -272,7 +377,7 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     bad = np.flatnonzero(per_rep)
     return RepResult(failures=int(bad.size), reps=reps, per_rep_mismatch=per_rep,
                      first_failing_rep=int(bad[0]) if bad.size else None,
-                     used_graph=used, fallback_reason=why)
+                     used_graph=used, fallback_reason=why, judge=bufs.judge)
 
 
 def failing_mismatch(m: Materialized, fn, result: RepResult, *, attempts: int = RERUN_ATTEMPTS,

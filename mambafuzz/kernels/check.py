@@ -36,6 +36,23 @@ replay lands in fresh slots.
 Every lane loads and stores only its own bytes, and programs cover disjoint
 bytes: the kernel is race-free in the recorder's sense.  Works compiled and in
 the interpreter (``while`` loops only, see ``kernels.copy``).
+
+Chunked judge (``ChunkCheck``, large dense arenas): the arena is cut into
+chunks of ``CHUNK_WORDS`` u64 words; ``order`` lists every chunk, the
+``n_check`` chunks a correct target changes first.  A repetition reads only
+those: each program sums its chunk's words (position-keyed, ``_chunk_sum``)
+and compares the sum with the expectation's, precomputed once; only a chunk
+whose sum differs reads the expectation to count its differing bytes exactly.
+The first ``n_restore`` of them are then restored from the snapshot (the
+chunks the next repetition reads back).  Every ``full_every``-th repetition
+and the last one (``last_slot``) judge every chunk (the programs walk the
+others grid-strided), so a stray write outside the changed chunks is counted
+within ``full_every`` repetitions.  A second launch (``STRIDE_PROGRAMS``
+programs, which exit at once after a passing repetition) restores the whole
+arena after a repetition that failed, judging first the chunks this
+repetition had not judged.  No chunk sum is ever trusted to
+say "equal" for bytes it did not read: only unequal sums lead to a count, and
+an undetected difference needs a 64-bit collision of a bijectively mixed sum.
 """
 import torch
 import triton
@@ -44,6 +61,8 @@ import triton.language as tl
 WORDS = 1024        # u64 words per program (8 KiB) in the aligned dense path
 BYTES = 4096        # bytes per program in the byte-wise paths
 AUX_BLOCK = 256     # bytes per step of the auxiliary program
+CHUNK_WORDS = 1024  # u64 words per chunk (8 KiB) of the chunked judge
+STRIDE_PROGRAMS = 1024  # programs that walk the chunks not judged every repetition (grid-strided)
 
 
 @triton.jit
@@ -152,6 +171,149 @@ def _check_restore_sparse(arena, positions, expected, snapshot, counter, slot_ba
     _add_count(counter, slot_base, slot, total, HAS_BASE)
 
 
+@triton.jit
+def _slot_index(slot_base, slot, HAS_BASE: tl.constexpr):
+    idx = slot.to(tl.int64)
+    if HAS_BASE:
+        idx += tl.load(slot_base)
+    return idx
+
+
+@triton.jit
+def _chunk_sum(w, widx, m):
+    """Sum of the u64 words ``w`` (word indices ``widx``, lanes ``m``), each xored with a multiple
+    of its index and mixed bijectively first: a changed, moved or swapped word changes the sum."""
+    h = (w ^ (widx.to(tl.uint64) * 0x2545F4914F6CDD1D)) * 0x5851F42D4C957F2D
+    h = h ^ (h >> 29)
+    return tl.sum(tl.where(m, h, 0))
+
+
+@triton.jit
+def _sum_chunks(buf, sums, n, WORDS: tl.constexpr):
+    """``sums[c]`` = the chunk sum of chunk ``c`` of ``buf`` (its whole words; the byte tail is not in it)."""
+    c = tl.program_id(0).to(tl.int64)
+    n_words = n.to(tl.int64) // 8
+    widx = c * WORDS + tl.arange(0, WORDS).to(tl.int64)
+    m = widx < n_words
+    w = tl.load(buf.to(tl.pointer_type(tl.uint64)) + widx, mask=m, other=0)
+    tl.store(sums.to(tl.pointer_type(tl.uint64)) + c, _chunk_sum(w, widx, m))
+
+
+@triton.jit
+def _judge_chunk(arena, expected, snapshot, sums, c, n, restore, WORDS: tl.constexpr):
+    """Differing bytes of chunk ``c`` (read only when its sum differs); then, if ``restore``,
+    the snapshot stored over it."""
+    n = n.to(tl.int64)
+    n_words = n // 8
+    last = (n - 1) // (WORDS * 8)
+    widx = c * WORDS + tl.arange(0, WORDS).to(tl.int64)
+    a64 = arena.to(tl.pointer_type(tl.uint64))
+    e64 = expected.to(tl.pointer_type(tl.uint64))
+    s64 = snapshot.to(tl.pointer_type(tl.uint64))
+    want = tl.load(sums.to(tl.pointer_type(tl.uint64)) + c)
+    total = (c * 0).to(tl.int32)
+    if c < last:  # a whole chunk: no mask
+        a = tl.load(a64 + widx)
+        if _chunk_sum(a, widx, widx >= 0) != want:
+            e = tl.load(e64 + widx)
+            total += tl.sum(_bytes_differing_u64(a ^ e))
+        if restore:
+            tl.store(a64 + widx, tl.load(s64 + widx))
+    else:  # the last chunk: its remaining words and the byte tail (compared directly)
+        m = widx < n_words
+        a = tl.load(a64 + widx, mask=m, other=0)
+        if _chunk_sum(a, widx, m) != want:
+            e = tl.load(e64 + widx, mask=m, other=0)
+            total += tl.sum(_bytes_differing_u64(a ^ e))
+        toffs = n_words * 8 + tl.arange(0, 8).to(tl.int64)
+        mt = toffs < n
+        ta = tl.load(arena + toffs, mask=mt, other=0)
+        te = tl.load(expected + toffs, mask=mt, other=0)
+        total += tl.sum(((ta != te) & mt).to(tl.int32))
+        if restore:
+            tl.store(a64 + widx, tl.load(s64 + widx, mask=m, other=0), mask=m)
+            tl.store(arena + toffs, tl.load(snapshot + toffs, mask=mt, other=0), mask=mt)
+    return total
+
+
+@triton.jit
+def _copy_chunk(arena, snapshot, c, n, WORDS: tl.constexpr):
+    """Store the snapshot over chunk ``c``."""
+    n = n.to(tl.int64)
+    n_words = n // 8
+    last = (n - 1) // (WORDS * 8)
+    widx = c * WORDS + tl.arange(0, WORDS).to(tl.int64)
+    a64 = arena.to(tl.pointer_type(tl.uint64))
+    s64 = snapshot.to(tl.pointer_type(tl.uint64))
+    if c < last:
+        tl.store(a64 + widx, tl.load(s64 + widx))
+    else:
+        m = widx < n_words
+        tl.store(a64 + widx, tl.load(s64 + widx, mask=m, other=0), mask=m)
+        toffs = n_words * 8 + tl.arange(0, 8).to(tl.int64)
+        mt = toffs < n
+        tl.store(arena + toffs, tl.load(snapshot + toffs, mask=mt, other=0), mask=mt)
+
+
+@triton.jit
+def _is_full(idx, full_every, last_slot):
+    return ((idx + 1) % full_every == 0) | (idx == last_slot)
+
+
+@triton.jit(do_not_specialize=["slot", "n", "n_chunks", "n_check", "n_restore", "full_every", "last_slot",
+                               "n_aux"])
+def _check_chunks(arena, expected, snapshot, sums, order, counter, slot_base, slot, n, n_chunks,
+                  n_check, n_restore, full_every, last_slot, aux, aux_expected, aux_snapshot, n_aux,
+                  WORDS: tl.constexpr, AUX_BLOCK: tl.constexpr, HAS_BASE: tl.constexpr,
+                  HAS_AUX: tl.constexpr):
+    """One repetition's judge.  Program p < n_check judges chunk ``order[p]`` (restoring it when
+    p < n_restore); in a full repetition the programs also walk the other chunks, grid-strided.
+    With HAS_AUX the last program judges and restores the aux buffer."""
+    p = tl.program_id(0).to(tl.int64)
+    if HAS_AUX:
+        grid = tl.num_programs(0) - 1
+    else:
+        grid = tl.num_programs(0)
+    idx = _slot_index(slot_base, slot, HAS_BASE)
+    total = (p * 0).to(tl.int32)
+    if p >= grid:
+        total += _check_aux(aux, aux_expected, aux_snapshot, n_aux, AUX_BLOCK)
+    else:
+        if p < n_check:
+            total += _judge_chunk(arena, expected, snapshot, sums, tl.load(order + p), n, p < n_restore, WORDS)
+        if _is_full(idx, full_every, last_slot):
+            q = n_check + p
+            while q < n_chunks:
+                total += _judge_chunk(arena, expected, snapshot, sums, tl.load(order + q), n, q < 0, WORDS)
+                q += grid
+    if total != 0:
+        tl.atomic_add(counter + idx, total.to(tl.int64))
+
+
+@triton.jit(do_not_specialize=["slot", "n", "n_chunks", "n_check", "full_every", "last_slot"])
+def _restore_chunks_if_failed(arena, expected, snapshot, sums, order, counter, slot_base, slot, n, n_chunks,
+                              n_check, full_every, last_slot,
+                              WORDS: tl.constexpr, HAS_BASE: tl.constexpr):
+    """After a failing repetition (``counter[slot] != 0``): judge the chunks it had not judged,
+    then store the snapshot over every chunk (grid-strided).  A passing one: every program exits."""
+    p = tl.program_id(0).to(tl.int64)
+    grid = tl.num_programs(0)
+    idx = _slot_index(slot_base, slot, HAS_BASE)
+    if tl.load(counter + idx) != 0:
+        full = _is_full(idx, full_every, last_slot)
+        total = (p * 0).to(tl.int32)
+        q = p
+        while q < n_chunks:
+            c = tl.load(order + q)
+            if (q < n_check) | full:
+                _copy_chunk(arena, snapshot, c, n, WORDS)
+            else:
+                total += _judge_chunk(arena, expected, snapshot, sums, c, n, q >= 0, WORDS)
+            q += grid
+        if total != 0:
+            tl.atomic_add(counter + idx, total.to(tl.int64))
+
+
 def _bytes(name, t, device=None):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"check_restore: {name} must be a tensor")
@@ -244,6 +406,89 @@ class CheckRestore:
                 aux, aux_e, aux_s, n_aux, WORDS=self._words, BYTES=self._bytes, AUX_BLOCK=AUX_BLOCK,
                 VEC=self.vec, HAS_BASE=slot_base is not None, HAS_AUX=self._has_aux,
                 num_warps=self._num_warps, num_stages=1)
+
+
+class ChunkCheck:
+    """The chunked judge of one dense arena, prepared once; call per repetition (two launches).
+
+    ``ChunkCheck(arena, expected, snapshot, order, n_check, n_restore, full_every=...)``:
+    ``order`` (int64, every chunk id exactly once) lists the chunks judged every
+    repetition first (``n_check`` of them), of which the first ``n_restore`` are
+    restored every repetition.  ``check(counter, slot, slot_base=None,
+    last_slot=-1)``: judge (every chunk when the repetition's absolute slot + 1
+    is a multiple of ``full_every`` or equals ``last_slot`` + 1), then restore
+    everything if the repetition failed.  The three buffers must be 8-byte aligned.
+    """
+
+    def __init__(self, arena, expected, snapshot, order, n_check, n_restore, *, full_every,
+                 words=CHUNK_WORDS, aux=None, aux_expected=None, aux_snapshot=None, num_warps=4,
+                 stride_programs=None):
+        if not isinstance(arena, torch.Tensor) or arena.dtype != torch.uint8 or arena.dim() != 1 \
+                or not arena.is_contiguous():
+            raise TypeError("chunk_check: arena must be a contiguous 1-D uint8 tensor")
+        dev = arena.device
+        expected = _bytes("expected", expected, dev)
+        snapshot = _bytes("snapshot", snapshot, dev)
+        n = arena.numel()
+        if n < 1 or expected.numel() != n or snapshot.numel() != n:
+            raise ValueError(f"chunk_check: arena ({n}), expected ({expected.numel()}) and snapshot "
+                             f"({snapshot.numel()}) must be equally long, at least 1 byte")
+        if any(t.data_ptr() % 8 for t in (arena, expected, snapshot)):
+            raise ValueError("chunk_check: arena, expected and snapshot must be 8-byte aligned")
+        words = int(words)
+        if words < 1 or words & (words - 1):
+            raise ValueError(f"chunk_check: words must be a power of two, got {words}")
+        n_chunks = triton.cdiv(n, 8 * words)
+        order = torch.as_tensor(order, dtype=torch.int64).reshape(-1)
+        if order.numel() != n_chunks or not torch.equal(torch.sort(order.cpu()).values, torch.arange(n_chunks)):
+            raise ValueError(f"chunk_check: order must list each of the {n_chunks} chunks once")
+        if not 0 <= n_restore <= n_check <= n_chunks:
+            raise ValueError(f"chunk_check: need 0 <= n_restore ({n_restore}) <= n_check ({n_check}) "
+                             f"<= chunks ({n_chunks})")
+        if int(full_every) < 1:
+            raise ValueError(f"chunk_check: full_every must be >= 1, got {full_every}")
+        has_aux = aux is not None
+        if has_aux:
+            aux = _bytes("aux", aux, dev)
+            aux_expected = _bytes("aux_expected", aux_expected, dev)
+            aux_snapshot = _bytes("aux_snapshot", aux_snapshot, dev)
+            if not aux.numel() == aux_expected.numel() == aux_snapshot.numel():
+                raise ValueError("chunk_check: aux, aux_expected and aux_snapshot differ in length")
+            n_aux = aux.numel()
+        else:
+            aux = aux_expected = aux_snapshot = arena  # never read (HAS_AUX is False)
+            n_aux = 0
+        self.arena, self.expected, self.snapshot = arena, expected, snapshot
+        self.order = order.to(dev)
+        self.n, self.n_chunks, self.n_check, self.n_restore = n, n_chunks, int(n_check), int(n_restore)
+        self.full_every = int(full_every)
+        self.kind = "chunks"
+        self._words = words
+        self._aux = (aux, aux_expected, aux_snapshot, n_aux)
+        self._has_aux = has_aux
+        self._num_warps = num_warps
+        # a program per chunk judged every repetition; at least min(chunks, stride_programs) to walk the
+        # others in a full repetition, and as many to restore after a failing one
+        stride_programs = int(stride_programs or STRIDE_PROGRAMS)
+        self._grid = max(self.n_check, min(n_chunks, stride_programs))
+        self._restore_grid = min(n_chunks, stride_programs)
+        self.sums = torch.empty(n_chunks, dtype=torch.int64, device=dev)
+        _sum_chunks[(n_chunks,)](expected, self.sums, n, WORDS=words, num_warps=num_warps, num_stages=1)
+
+    def __call__(self, counter, slot=0, slot_base=None, last_slot=-1):
+        if counter.dtype != torch.int64:
+            raise TypeError("chunk_check: counter must be int64")
+        base = counter if slot_base is None else slot_base
+        has_base = slot_base is not None
+        aux, aux_e, aux_s, n_aux = self._aux
+        common = dict(WORDS=self._words, HAS_BASE=has_base, num_warps=self._num_warps, num_stages=1)
+        _check_chunks[(self._grid + (1 if self._has_aux else 0),)](
+            self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
+            self.n_chunks, self.n_check, self.n_restore, self.full_every, last_slot, aux, aux_e, aux_s, n_aux,
+            AUX_BLOCK=AUX_BLOCK, HAS_AUX=self._has_aux, **common)
+        _restore_chunks_if_failed[(self._restore_grid,)](
+            self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
+            self.n_chunks, self.n_check, self.full_every, last_slot, **common)
 
 
 def check_restore(arena, expected, snapshot, counter, n=None, *, slot=0, slot_base=None,

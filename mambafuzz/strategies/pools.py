@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from mambafuzz.contracts.pools import MAX_SPARSE_ARENA
 from mambafuzz.contracts.postprocess import PostprocessCase
 from mambafuzz.contracts.state_copy import StateCopyCase
 from mambafuzz.oracle import PoolLayout, decide
@@ -99,22 +100,46 @@ def _align_up(x: int, a: int) -> int:
 
 
 HUGE_OFFSET = 1 << 31  # a block at or past 2 GiB: where 32-bit address arithmetic wraps
+HUGE_WRAP = (1 << 32) + (1 << 20)  # past 4 GiB: a 32-bit block offset wraps to a lower address in the arena
 
 
-def place_pools(draw, shapes: list[dict], tables: list[list[list[int]]],
-                huge: bool = False) -> tuple[int, tuple[PoolLayout, ...]]:
+def _used_stride(draw, shape: dict, ids: list[int], used: set[int], room: int) -> int | None:
+    """A block stride that puts the highest block a request copies past a drawn offset (past 4 GiB
+    or just past 2 GiB) with all ``max(ids) + 2`` blocks inside `room` bytes; None if none fits."""
+    top = max(used, default=0)
+    if top <= 0:
+        return None
+    for target in (draw(st.sampled_from([HUGE_WRAP, HUGE_OFFSET])), HUGE_OFFSET):
+        stride = max(_align_up(-(-target // top), 64), shape["block_stride"])
+        if (max(ids) + 2) * stride <= room:
+            return stride
+    return None
+
+
+def place_pools(draw, shapes: list[dict], tables: list[list[list[int]]], huge: bool = False,
+                used: list[set[int]] | None = None) -> tuple[int, tuple[PoolLayout, ...]]:
     """Give each state an arena offset (with a sub-8-byte slip) and enough blocks for its table.
 
     `huge` stretches the first state's block stride so that its highest block
-    starts past 2 GiB (the engine materialises such pools sparsely).
+    starts past 2 GiB (the engine materialises such pools sparsely); with
+    `used` (per group, the block ids requests copy from or to: the GPU
+    profiles) it stretches so that the highest used block starts past 2 GiB
+    or past 4 GiB instead, when that fits (``_used_stride``).
     """
     cursor = 64
     pools = []
     for i, shape in enumerate(shapes):
         ids = [b for row in tables[shape["group"]] for b in row]
         if huge and i == 0 and max(ids) > 0:
-            stride = _align_up(-(-HUGE_OFFSET // max(ids)), 64)
-            shape = {**shape, "block_stride": max(stride, shape["block_stride"])}
+            stride = None
+            if used is not None:  # the other states' pools and the gaps must fit too
+                rest = sum((max(b for row in tables[o["group"]] for b in row) + 2) * o["block_stride"] + 136
+                           for o in shapes[1:])
+                room = MAX_SPARSE_ARENA - rest - 256
+                stride = _used_stride(draw, shape, ids, used[shape["group"]], room)
+            if stride is None:
+                stride = max(_align_up(-(-HUGE_OFFSET // max(ids)), 64), shape["block_stride"])
+            shape = {**shape, "block_stride": stride}
         num_blocks = max(ids) + 1 + draw(st.integers(0, 1))
         slip = draw(st.integers(0, 7 // shape["elem_size"])) * shape["elem_size"]
         offset = _align_up(cursor, 8) + slip
@@ -190,8 +215,12 @@ def state_copy_cases(draw, profile: Profile, layout: str = "both", tiles: int | 
         src_cols.append(src), dst_cols.append(dst), biases.append(bias)
         copies.append((read_cols, dst))
     tables = draw(block_tables(groups, requests, cols, copies))
-    huge = draw(st.integers(0, 7)) == 7  # one case in eight: a pool past 2 GiB
-    arena_size, pools = place_pools(draw, shapes, tables, huge=huge)
+    huge = draw(st.integers(0, profile.huge_one_in - 1)) == profile.huge_one_in - 1  # a pool past 2 GiB
+    moves = [r for r in range(requests)  # a block copied onto itself with no shift moves nothing
+             if biases[r] or any(t[r][src_cols[r]] != t[r][dst_cols[r]] for t in tables)]
+    used = [{t[r][c] for r in moves for c in (*copies[r][0], copies[r][1])}
+            for t in tables] if profile.huge_used else None
+    arena_size, pools = place_pools(draw, shapes, tables, huge=huge, used=used)
     n_tiles = draw(num_tiles(profile)) if tiles is None else tiles
     return StateCopyCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=n_tiles,
                          seed=draw(st.integers(0, 2**32 - 1)), src_cols=tuple(src_cols), dst_cols=tuple(dst_cols),

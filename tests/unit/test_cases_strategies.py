@@ -163,3 +163,58 @@ def test_impossible_case_is_a_clear_error():
                          block_tables=(((0, 5),),), src_cols=(0,), dst_cols=(1,), biases=(1,))
     with pytest.raises(CaseError, match="block"):
         materialize(case, "cpu")
+
+
+def _copied_block_offsets(case):
+    """Byte offsets (from its pool's start) of the first state's blocks that requests copy from or to."""
+    pool = case.pools[0]
+    table = case.block_tables[pool.group]
+    cols = len(table[0])
+    used = {table[r][c] for r, (s, d, b) in enumerate(zip(case.src_cols, case.dst_cols, case.biases))
+            if b or table[r][s] != table[r][d]  # a block copied onto itself unshifted moves nothing
+            for c in (s, d, s + b) if c < cols}
+    return [blk * pool.block_stride for blk in used] or [0]
+
+
+def test_gpu_profiles_copy_blocks_past_2_and_4_gib_often():
+    """zoo ADDR-I32 shows only when a copied block lies past 2 GiB (a fault) or past 4 GiB (wrong
+    bytes): the GPU profiles stretch a copied block there in about a third of state-copy cases (the
+    CPU profile only ever puts the highest block id just past 2 GiB, one case in eight)."""
+    from mambafuzz.contracts.pools import MAX_SPARSE_ARENA
+    counts = {}
+    for profile in (strategies.GPU_AMP, strategies.CPU):
+        seen = counts[profile.name] = {"cases": 0, "2 GiB": 0, "4 GiB": 0}
+
+        @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(strategies.state_copy_cases(profile))
+        def draw(case):
+            assert case.arena_size <= MAX_SPARSE_ARENA
+            seen["cases"] += 1
+            top = max(_copied_block_offsets(case))
+            seen["2 GiB"] += top >= 1 << 31
+            seen["4 GiB"] += top >= 1 << 32
+            if profile is strategies.CPU and case.arena_size > 1 << 31:  # the highest id, just past 2 GiB
+                pool = case.pools[0]
+                high = max(b for row in case.block_tables[pool.group] for b in row)
+                assert 1 << 31 <= high * pool.block_stride < (1 << 31) + 64 * high
+        draw()
+    gpu, cpu = counts["gpu-amp"], counts["cpu"]
+    assert gpu["2 GiB"] >= gpu["cases"] // 5 and gpu["4 GiB"] >= gpu["cases"] // 10, counts
+    assert cpu["4 GiB"] == 0 and cpu["2 GiB"] <= cpu["cases"] // 4, counts
+
+
+def test_addr_i32_is_caught_on_a_gpu_profile_case_past_4_gib():
+    from hypothesis import find
+
+    from mambafuzz.engine import run_case
+    from mambafuzz.kernels import registry
+    def wraps(c):  # a copied block past 4 GiB, none between 2 and 4 GiB (that one would fault)
+        offsets = _copied_block_offsets(c)
+        return max(offsets) >= 1 << 32 and not any(1 << 31 <= o < 1 << 32 for o in offsets)
+
+    case = find(strategies.state_copy_cases(strategies.GPU), wraps,
+                settings=settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck),
+                                  database=None))
+    assert not run_case(registry.get("triton.state_copy").fn, case, "cpu").failed
+    v = run_case(registry.get("zoo.ADDR-I32").fn, case, "cpu")
+    assert v.failed and v.kind == "mismatch", v.summary()

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,13 +25,15 @@ for p in (ROOT,):
 
 from mambafuzz import kernels  # noqa: E402
 from mambafuzz.kernels import registry  # noqa: E402
-from mambafuzz.kernels.check import CheckRestore, check_restore, check_restore_sparse  # noqa: E402
+from mambafuzz.kernels import check as check_module  # noqa: E402
+from mambafuzz.kernels.check import CheckRestore, ChunkCheck, check_restore, check_restore_sparse  # noqa: E402
 from mambafuzz import engine, gpu_reps  # noqa: E402
 from mambafuzz.contracts import pools as pool_contracts  # noqa: E402
-from mambafuzz.contracts import BatchCopyCase  # noqa: E402
+from mambafuzz.contracts import BatchCopyCase, StateCopyCase  # noqa: E402
 from mambafuzz.gpu_reps import (BatchPlan, drive, failing_mismatch, plan_batches, run_reps,  # noqa: E402
                                 use_graph)
 from mambafuzz.materialize import materialize  # noqa: E402
+from mambafuzz.oracle import PoolLayout  # noqa: E402
 
 if kernels.INTERPRETED:
     DEVICES = [pytest.param("cpu", id="cpu")]
@@ -84,6 +88,11 @@ def test_use_graph_decisions():
     assert not try_ and "worth" in why
     assert use_graph(gpu_reps.MIN_GRAPH_REPS, None, True) == (True, None)
     assert use_graph(2, True, True) == (True, None)  # asked for: tried even when small
+    big = gpu_reps.LOOP_MIN_BYTES
+    try_, why = use_graph(1000, None, True, big)
+    assert not try_ and "bound by bytes" in why
+    assert use_graph(1000, None, True, big - 1) == (True, None)
+    assert use_graph(1000, True, True, big) == (True, None)  # asked for: tried even when huge
 
 
 def restored(m):
@@ -423,6 +432,253 @@ def test_run_reps_sparse_materialisation(monkeypatch):
 
 
 # --------------------------------------------------------------------------
+# the chunks judge (large dense arenas): ChunkCheck, chunk_plan, run_reps(judge="chunks")
+# --------------------------------------------------------------------------
+W = 4          # u64 words per chunk in these tests: 32-byte chunks, so small arenas have many
+CB = 8 * W
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("stride", [None, 3, 1])  # programs walking the other chunks (None: STRIDE_PROGRAMS)
+def test_chunk_check_counts_judges_and_restores_as_planned(device, stride):
+    rng = np.random.default_rng(1)
+    n = CB * 10 + 5                                   # 11 chunks, the last one 5 bytes (a byte tail)
+    exp = rng.integers(0, 256, n, dtype=np.uint8)
+    snap = rng.integers(0, 256, n, dtype=np.uint8)
+    arena = torch.from_numpy(exp.copy()).to(device)
+    order = [3, 10, 0, 1, 2, 4, 5, 6, 7, 8, 9]       # chunks 3 and 10 judged every repetition, 3 restored
+    chk = ChunkCheck(arena, torch.from_numpy(exp).to(device), torch.from_numpy(snap).to(device), order, 2, 1,
+                     full_every=4, words=W, stride_programs=stride)
+    counter = torch.zeros(8, dtype=torch.int64, device=device)
+    chk(counter, 0)                                   # all equal: nothing counted, chunk 3 restored only
+    got = arena.cpu().numpy()
+    assert counter.tolist() == [0] * 8
+    assert np.array_equal(got[3 * CB:4 * CB], snap[3 * CB:4 * CB])
+    assert np.array_equal(np.delete(got, np.s_[3 * CB:4 * CB]), np.delete(exp, np.s_[3 * CB:4 * CB]))
+    bad = exp.copy()
+    bad[3 * CB + 4] ^= 1                              # judged chunk
+    bad[n - 2] ^= 0x80                                # the byte tail (chunk 10, judged)
+    bad[5] ^= 7                                       # chunk 0: not judged this repetition ...
+    arena.copy_(torch.from_numpy(bad).to(device))
+    chk(counter, 1)                                   # ... until the repetition fails: then it is judged too
+    assert counter[1].item() == 3 and np.array_equal(arena.cpu().numpy(), snap)  # everything restored
+    arena.copy_(torch.from_numpy(exp).to(device))
+    arena[5] ^= 7                                     # a stray byte in an unjudged chunk
+    chk(counter, 2)
+    assert counter[2].item() == 0                     # not seen by a partial repetition, nor restored
+    assert arena[5].item() == exp[5] ^ 7
+    arena[3 * CB:4 * CB] = torch.from_numpy(exp[3 * CB:4 * CB]).to(device)
+    chk(counter, 3)                                   # slot 3: (3 + 1) % 4 == 0, a full repetition
+    assert counter[3].item() == 1 and np.array_equal(arena.cpu().numpy(), snap)
+    arena.copy_(torch.from_numpy(exp).to(device))
+    arena[5] ^= 7
+    base = torch.tensor([4], dtype=torch.int64, device=device)
+    chk(counter, 1, base, last_slot=5)                # slot 1 + 4 = 5 = the last slot: full
+    assert counter[5].item() == 1
+
+
+def test_chunk_check_rejects_bad_plans():
+    a = torch.zeros(64, dtype=torch.uint8)
+    e = torch.zeros(64, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="each of the 2 chunks"):
+        ChunkCheck(a, e, e, [0, 0], 1, 0, full_every=4, words=W)
+    with pytest.raises(ValueError, match="n_restore"):
+        ChunkCheck(a, e, e, [0, 1], 1, 2, full_every=4, words=W)
+    with pytest.raises(ValueError, match="full_every"):
+        ChunkCheck(a, e, e, [0, 1], 1, 1, full_every=0, words=W)
+    with pytest.raises(ValueError, match="equally long"):
+        ChunkCheck(a, e[:32], e, [0, 1], 1, 1, full_every=4, words=W)
+    with pytest.raises(ValueError, match="aligned"):
+        ChunkCheck(torch.zeros(65, dtype=torch.uint8)[1:], e, e, [0, 1], 1, 1, full_every=4, words=W)
+
+
+def _changed_chunks(m):
+    changed = np.flatnonzero(m.expected != m.snapshot) // CB
+    return sorted(set(changed.tolist()))
+
+
+def test_chunk_plan_of_disjoint_and_self_overlapping_copies():
+    disjoint = materialize(BatchCopyCase(arena_size=1024, copies=((512, 64, 128), (700, 300, 40)), seed=2), "cpu")
+    p = gpu_reps.chunk_plan(disjoint, CB)
+    assert p.idempotent and p.n_restore == 0
+    assert sorted(p.order[:p.n_check].tolist()) == _changed_chunks(disjoint) == list(range(2, 6)) + [9, 10]
+    assert sorted(p.order.tolist()) == list(range(32))
+    shifted = materialize(BatchCopyCase(arena_size=1024, copies=((80, 64, 128),), seed=2), "cpu")
+    p = gpu_reps.chunk_plan(shifted, CB)  # the row reads bytes it writes: restore what changed
+    assert not p.idempotent and p.n_restore == p.n_check == len(_changed_chunks(shifted)) == 4
+    nothing = materialize(BatchCopyCase(arena_size=256, copies=((64, 64, 100),), seed=2), "cpu")
+    p = gpu_reps.chunk_plan(nothing, CB)
+    assert (p.n_check, p.n_restore, p.idempotent) == (0, 0, True)
+    # another contract: conv windows shifted inside their own block read what they write
+    conv = materialize(_racy().same_block_conv("conv_sd", 3, 4, 16, 2, 1), "cpu")
+    p = gpu_reps.chunk_plan(conv, CB)
+    assert not p.idempotent and p.n_check == len(_changed_chunks(conv)) > 0
+    temporal = materialize(StateCopyCase(
+        arena_size=4096, pools=(PoolLayout("temporal", 64, 3, 1024, 4, inner=(200,)),),
+        block_tables=(((2, 0),),), num_tiles=2, seed=1, src_cols=(0,), dst_cols=(1,), biases=(0,)), "cpu")
+    assert gpu_reps.chunk_plan(temporal, CB).idempotent  # block 2 -> block 0: reads nothing it writes
+
+
+def test_choose_judge(monkeypatch):
+    monkeypatch.delenv(gpu_reps.JUDGE_ENV, raising=False)
+    small = materialize(_left(1, 40, 8), "cpu")
+    assert gpu_reps.choose_judge(small) == "full"
+    assert gpu_reps.choose_judge(small, "chunks") == "chunks"
+    monkeypatch.setattr(gpu_reps, "CHUNK_MIN_BYTES", small.arena.numel())
+    assert gpu_reps.choose_judge(small) == "chunks"
+    monkeypatch.setenv(gpu_reps.JUDGE_ENV, "full")
+    assert gpu_reps.choose_judge(small) == "full"
+    monkeypatch.setenv(gpu_reps.JUDGE_ENV, "bogus")  # ignored, like MAMBAFUZZ_CUDA_GRAPH's other values
+    assert gpu_reps.choose_judge(small) == "chunks"
+    with pytest.raises(ValueError, match="unknown repetition judge"):
+        gpu_reps.choose_judge(small, "some")
+    monkeypatch.setattr(pool_contracts, "DENSE_LIMIT", 1024)
+    sparse = materialize(_racy().same_block_conv("conv_sd", 12, 4, 16, 2, 1), "cpu")
+    assert gpu_reps.choose_judge(sparse, "chunks") == "full"  # sparse cases are judged in full
+
+
+@triton.jit
+def _rows_one_byte_past(src_ptrs, dst_ptrs, sizes, BLOCK: tl.constexpr):
+    """A zoo-style bug: each row copied with one byte too many (rows must not overlap)."""
+    row = tl.program_id(0)
+    src = tl.load(src_ptrs + row)
+    dst = tl.load(dst_ptrs + row)
+    n = tl.load(sizes + row) + 1
+    i = n * 0
+    while i < n:
+        offs = i + tl.arange(0, BLOCK).to(tl.int64)
+        m = offs < n
+        x = tl.load((src + offs).to(tl.pointer_type(tl.uint8)), mask=m)
+        tl.store((dst + offs).to(tl.pointer_type(tl.uint8)), x, mask=m)
+        i += BLOCK
+
+
+def one_byte_past(src_ptrs, dst_ptrs, sizes, *, arena=None):
+    _rows_one_byte_past[(src_ptrs.numel(),)](src_ptrs, dst_ptrs, sizes, BLOCK=256)
+
+
+def _stray_case(dst_end_in_chunk: bool):
+    """One row 512.. -> 64..: its end mid-chunk (the stray byte shares a judged chunk) or on a chunk
+    boundary (the stray byte lands in a chunk no correct repetition changes)."""
+    n = 100 if dst_end_in_chunk else 128
+    case = BatchCopyCase(arena_size=1024, copies=((512, 64, n),), seed=9)
+    m = materialize(case, "cpu")
+    assert m.snapshot[512 + n] != m.expected[64 + n]  # the stray byte differs from what belongs there
+    return m
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_chunks_judge_catches_a_stray_byte_in_a_judged_chunk_every_repetition(graph):
+    m = _stray_case(True)
+    r = run_reps(m, one_byte_past, 5, graph=graph, k=2, capture=eager_capture if graph else None,
+                 judge="chunks", chunk_words=W, full_every=4)
+    assert r.judge == "chunks" and r.per_rep_mismatch.tolist() == [1] * 5
+
+
+@pytest.mark.parametrize("graph,stride", [(False, None), (True, None), (False, 5)])
+def test_chunks_judge_catches_a_stray_byte_outside_every_destination_chunk(graph, stride, monkeypatch):
+    if stride:
+        monkeypatch.setattr(check_module, "STRIDE_PROGRAMS", stride)
+    m = _stray_case(False)
+    assert 192 // CB not in gpu_reps.chunk_plan(m, CB).order[:gpu_reps.chunk_plan(m, CB).n_check]
+    r = run_reps(m, one_byte_past, 7, graph=graph, k=3, capture=eager_capture if graph else None,
+                 judge="chunks", chunk_words=W, full_every=3)
+    # nothing restores it, so the full repetitions (slots 2, 5 and the last) count it
+    assert r.per_rep_mismatch.tolist() == [0, 0, 1, 0, 0, 1, 1]
+    full = run_reps(m, one_byte_past, 7, graph=False, judge="full")
+    assert full.judge == "full" and full.per_rep_mismatch.tolist() == [1] * 7
+    good = registry.get("triton.batch_memcpy").fn
+    assert run_reps(m, good, 7, judge="chunks", chunk_words=W, full_every=3).failures == 0
+
+
+CHUNK_CASES = {
+    "disjoint": ("triton.batch_memcpy",
+                 lambda: BatchCopyCase(arena_size=1024, copies=((512, 64, 128), (700, 300, 40)), seed=2)),
+    "self-overlap": ("triton.batch_memcpy", lambda: BatchCopyCase(
+        arena_size=1100, copies=((80, 64, 300), (600, 611, 333), (1000, 1000, 50)), seed=3)),
+    "conv-same-block": ("triton.state_copy", lambda: _racy().same_block_conv("conv_ds", 3, 4, 16, 2, 1)),
+}
+
+
+@pytest.mark.parametrize("label", list(CHUNK_CASES))
+def test_chunks_judge_passes_the_correct_kernel(label):
+    name, make = CHUNK_CASES[label]
+    m = materialize(make(), "cpu")
+    fn = registry.get(name).fn
+    for graph in (False, True):
+        r = run_reps(m, fn, 6, graph=graph, k=2, capture=eager_capture if graph else None,
+                     judge="chunks", chunk_words=W, full_every=4)
+        assert r.judge == "chunks" and r.failures == 0, r.per_rep_mismatch
+
+
+def test_chunks_judge_counts_a_deterministic_bug_like_the_full_judge():
+    case = BatchCopyCase(arena_size=1024, copies=((512, 64, 77), (600, 200, 45)), seed=6)  # idempotent
+    m = materialize(case, "cpu")
+    fn = registry.get("zoo.TAIL-DROP").fn
+    m.run(fn)
+    want = m.compare().count
+    assert want > 0
+    full = run_reps(m, fn, 4, judge="full")
+    loop = run_reps(m, fn, 4, judge="chunks", chunk_words=W)
+    graph = run_reps(m, fn, 5, graph=True, k=2, capture=eager_capture, judge="chunks", chunk_words=W)
+    # each failing repetition restores the destinations, so the next one starts from the snapshot again
+    assert full.per_rep_mismatch.tolist() == loop.per_rep_mismatch.tolist() == [want] * 4
+    assert graph.per_rep_mismatch.tolist() == [want] * 5
+
+
+@pytest.mark.parametrize("stride", [None, 2])
+def test_chunks_judge_per_repetition_counts_follow_a_failing_pattern(stride, monkeypatch):
+    """A target that corrupts chosen repetitions: a destination byte (seen in that repetition) or a
+    byte no correct repetition changes (seen when a repetition fails or a full one comes)."""
+    if stride:
+        monkeypatch.setattr(check_module, "STRIDE_PROGRAMS", stride)
+    case = BatchCopyCase(arena_size=1024, copies=((80, 64, 300), (512, 700, 100)), seed=8)
+    m = materialize(case, "cpu")
+    good = registry.get("triton.batch_memcpy").fn
+    plan = gpu_reps.chunk_plan(m, CB)
+    assert not plan.idempotent and 1000 // CB not in plan.order[:plan.n_check]
+    calls = []
+    in_dst = {1: 1, 2: 2, 6: 1}       # repetition -> destination bytes flipped
+    stray = {4}                       # repetitions that flip byte 1000 (outside every changed chunk)
+
+    def racy(**kw):
+        good(**kw)
+        rep = len(calls)
+        calls.append(rep)
+        for b in range(in_dst.get(rep, 0)):
+            kw["arena"][70 + 3 * b] ^= 0x11
+        if rep in stray:
+            kw["arena"][1000] ^= 0x22
+
+    r = run_reps(m, racy, 10, graph=False, judge="chunks", chunk_words=W, full_every=8)
+    # rep 4's stray byte stays (nothing restores it) until rep 6 fails and judges every chunk
+    assert r.per_rep_mismatch.tolist() == [0, 1, 2, 0, 0, 0, 2, 0, 0, 0]
+    assert (r.failures, r.first_failing_rep) == (3, 1)
+    calls.clear()
+    stray.clear()
+    stray.add(2)
+    in_dst.pop(2)
+    r = run_reps(m, racy, 10, graph=False, judge="chunks", chunk_words=W, full_every=4)
+    # rep 2's stray byte: counted by the full repetition 3 (slot 3 + 1 = 4), then restored
+    assert r.per_rep_mismatch.tolist() == [0, 1, 0, 1, 0, 0, 1, 0, 0, 0]
+
+
+def test_chunks_judge_with_postprocess_accepted_counts():
+    case = _racy().self_copy_postprocess(2, 1, 1)
+    m = materialize(case, "cpu")
+    good = registry.get("triton.postprocess").fn
+    assert run_reps(m, good, 3, judge="chunks", chunk_words=W).failures == 0
+
+    def off_by_one(**kw):  # right bytes, wrong accepted counts
+        good(**kw)
+        kw["num_accepted"].add_(1)
+
+    r = run_reps(m, off_by_one, 3, graph=True, k=2, capture=eager_capture, judge="chunks", chunk_words=W)
+    assert r.judge == "chunks" and r.per_rep_mismatch.tolist() == [2, 2, 2]
+    assert m.args["num_accepted"].tolist() == list(case.num_accepted)  # restored
+
+
+# --------------------------------------------------------------------------
 # the engine's device path (reps_verdict), driven on the CPU
 # --------------------------------------------------------------------------
 def test_reps_verdict_reports_failures_and_first_bytes():
@@ -537,3 +793,35 @@ def test_gpu_deterministic_bug_graph_and_loop_agree_exactly():
     torch.cuda.synchronize()
     want = m.compare().count
     assert g.per_rep_mismatch.tolist() == lp.per_rep_mismatch.tolist() == [want] * 64
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,make", GPU_CASES[:5])
+def test_gpu_chunks_judge_passes_correct_kernels(name, make):
+    m = materialize(make(_racy()), "cuda")
+    fn = registry.get(name).fn
+    for graph in (True, False):
+        r = run_reps(m, fn, 100, graph=graph, judge="chunks")
+        assert r.judge == "chunks" and r.used_graph == graph and r.failures == 0, r.per_rep_mismatch
+
+
+@pytest.mark.gpu
+def test_gpu_chunks_judge_on_large_rows_agrees_with_the_full_judge():
+    from mambafuzz.kernels.batch_memcpy import SPLIT_MIN
+    rows = 16
+    size = 4 * SPLIT_MIN + 5
+    disjoint = BatchCopyCase(arena_size=2 * rows * (size + 64) + 128,
+                             copies=tuple((64 + i * (size + 64), 64 + (rows + i) * (size + 64), size)
+                                          for i in range(rows)), seed=3)
+    for case in (disjoint, _racy().batch_rows(rows, size, -256)):
+        m = materialize(case, "cuda")
+        good = run_reps(m, registry.get("triton.batch_memcpy").fn, 64, graph=True, judge="chunks")
+        assert good.used_graph and good.failures == 0
+        bad = registry.get("zoo.TAIL-DROP").fn
+        chunks = run_reps(m, bad, 40, graph=True, judge="chunks")
+        full = run_reps(m, bad, 40, graph=True, judge="full")
+        assert chunks.per_rep_mismatch.tolist() == full.per_rep_mismatch.tolist()
+        assert chunks.failures == 40
+    # one byte past each row, landing in a chunk the destinations share: every repetition
+    stray = run_reps(materialize(disjoint, "cuda"), one_byte_past, 40, graph=True, judge="chunks")
+    assert stray.failures == 40, stray.per_rep_mismatch

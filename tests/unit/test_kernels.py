@@ -247,6 +247,78 @@ def test_batch_memcpy_empty_batch_launches_nothing(device):
     assert np.array_equal(arena.cpu().numpy(), snap)
 
 
+# long rows split over programs (kernels.batch_memcpy: a (row, part) grid)
+from mambafuzz.kernels.batch_memcpy import MAX_PARTS, SPLIT_MIN, parts_needed  # noqa: E402
+
+# rows that do not overlap themselves, long enough to split (the byte path, the u64 path with a head
+# and a tail, an exact overlap), plus rows that overlap themselves and must stay in one program
+SPLIT_ROWS = [
+    (0, 300_000 + 3, 2 * SPLIT_MIN + 5),              # dst 3 mod 8, src 0 mod 8: the byte path, 3 parts
+    (8 + 5, 600_000 + 5, 3 * SPLIT_MIN + 7),          # same residue (5): head 3, u64 body, tail, 4 parts
+    (1_000_000, 1_000_000, 2 * SPLIT_MIN),            # exact overlap: split too (reads = writes, per part)
+    (1_300_003, 1_300_003 - 16, 2 * SPLIT_MIN + 11),  # left overlap: one program
+    (1_500_000, 1_500_000 + 24, 2 * SPLIT_MIN + 1),   # right overlap: one program
+]
+SPLIT_ARENA = 1_800_000
+
+
+def test_parts_needed_counts_only_rows_that_do_not_overlap():
+    rows = np.asarray(SPLIT_ROWS, dtype=np.int64)
+    assert parts_needed(*rows.T) == 4
+    assert parts_needed([0], [10], [SPLIT_MIN]) == 1
+    assert parts_needed([0], [10 * SPLIT_MIN], [SPLIT_MIN + 1]) == 2
+    assert parts_needed([0], [200 * SPLIT_MIN], [100 * SPLIT_MIN]) == MAX_PARTS
+    assert parts_needed([16], [0], [100 * SPLIT_MIN]) == 1  # overlaps itself
+    assert parts_needed([], [], []) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_memcpy_splits_long_rows_exactly(device):
+    for rows in (SPLIT_ROWS, SPLIT_ROWS[:2], SPLIT_ROWS[3:]):
+        actual, expected = run_batch("triton.batch_memcpy", device, rows, arena_size=SPLIT_ARENA, seed=3)
+        assert same(actual, expected), rows
+
+
+@interp_only
+def test_batch_memcpy_gpu_grid_gives_the_same_bytes():
+    """The GPU launch (MAX_PARTS parts for every row, idle ones exit) as the interpreter runs it."""
+    from mambafuzz.kernels.batch_memcpy import _batch_memcpy_kernel, _flags
+    arena, snap = make_arena(4, SPLIT_ARENA, "cpu")
+    rows = np.asarray(SPLIT_ROWS + [(1_700_000, 1_750_000, 9)], dtype=np.int64)
+    base = arena.data_ptr()
+    expected = oracle.expect_batch(snap, rows[:, 0], rows[:, 1], rows[:, 2])
+    _batch_memcpy_kernel[(len(rows), MAX_PARTS)](i64(rows[:, 0] + base, "cpu"), i64(rows[:, 1] + base, "cpu"),
+                                                 i64(rows[:, 2], "cpu"), 0, BLOCK=BLOCK, **_flags(None),
+                                                 DELAY_POS=0, DELAY_NS=0, SCHEDULE=0)
+    assert same(arena.numpy(), expected)
+
+
+@interp_only
+def test_split_rows_record_no_hazards_and_zoo_rows_still_show():
+    assert _recorded_batch("triton.batch_memcpy", SPLIT_ROWS, arena_size=SPLIT_ARENA) == set()
+    # a row that overlaps itself is still guarded and walked in the guard's direction
+    long_left = [(2_000 + 16, 2_000, 2 * SPLIT_MIN)]
+    long_right = [(2_000, 2_000 + 16, 2 * SPLIT_MIN)]
+    assert _recorded_batch("triton.batch_memcpy", long_left + long_right[:0], arena_size=300_000) == set()
+    assert _recorded_batch("triton.batch_memcpy", long_right, arena_size=300_000) == set()
+    assert "intra-program" in _recorded_batch("zoo.BM-NOGUARD", long_left, arena_size=300_000)
+    assert "intra-program" in _recorded_batch("zoo.BM-RIGHT", long_right, arena_size=300_000)
+    actual, expected = run_batch("zoo.BM-RIGHT", "cpu", long_right, arena_size=300_000)
+    assert not np.array_equal(actual, expected)
+    # MISALIGN on a split row: misaligned u64 loads in every part
+    assert "misaligned" in _recorded_batch("zoo.MISALIGN", SPLIT_ROWS[:1], arena_size=SPLIT_ARENA)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tail_drop_on_a_split_row_drops_only_the_row_tail(device):
+    row = SPLIT_ROWS[1]  # same residue: head 3, then whole words, tail (n - 3) % 8 = 4 bytes
+    actual, expected = run_batch("zoo.TAIL-DROP", device, [row], arena_size=SPLIT_ARENA, seed=5)
+    src, dst, n = row
+    tail = (n - (8 - dst % 8) % 8) % 8
+    bad = np.flatnonzero(actual != expected)
+    assert tail == 4 and set(bad.tolist()) <= set(range(dst + n - tail, dst + n)) and bad.size >= 1
+
+
 def test_batch_memcpy_rejects_bad_inputs():
     from mambafuzz.kernels.batch_memcpy import batch_memcpy
     p = torch.zeros(2, dtype=torch.int64)
@@ -827,6 +899,16 @@ def test_registry_import_does_not_import_mambafuzz():
 _COMPILE_CODE = r'''
 for v in (None,) + BM_FLAGS:
     comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
+from mambafuzz.kernels.check import _check_chunks, _restore_chunks_if_failed, _sum_chunks
+CHK = {"arena": "*u8", "expected": "*u8", "snapshot": "*u8", "sums": "*i64", "order": "*i64",
+       "counter": "*i64", "slot_base": "*i64", "slot": "i32", "n": "i64", "n_chunks": "i64", "n_check": "i32"}
+for aux, base in ((False, False), (True, True)):
+    comp(_check_chunks, {**CHK, "n_restore": "i32", "full_every": "i32", "last_slot": "i32", "aux": "*u8",
+                         "aux_expected": "*u8", "aux_snapshot": "*u8", "n_aux": "i32"},
+         {"WORDS": 1024, "AUX_BLOCK": 256, "HAS_BASE": base, "HAS_AUX": aux})
+    comp(_restore_chunks_if_failed, {**CHK, "full_every": "i32", "last_slot": "i32"},
+         {"WORDS": 1024, "HAS_BASE": base})
+comp(_sum_chunks, {"buf": "*u8", "sums": "*i64", "n": "i64"}, {"WORDS": 1024})
 for v in (None,) + FLAG_NAMES:
     comp(_state_copy_kernel, SC_SIG, {"BLOCK": 1024, "ROWS": 128, **{f: f == v for f in FLAG_NAMES},
                                       **NO_DELAY})
