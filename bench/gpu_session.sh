@@ -16,6 +16,7 @@ run() {  # run STEP TIMEOUT COMMAND...: log the command, its start, its exit sta
   timeout "$limit" bash -c "$*"
   local rc=$?
   echo "--- $step exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$W/commands.txt"
+  tar czf "$OUT/gpu_results.tgz" -C "$W" .  # after every step: a call cut short still brings back the rest
 }
 
 for step in "$@"; do
@@ -31,7 +32,7 @@ for step in "$@"; do
               --crashes-dir $W/ampzoo-crashes > $W/zoo_gpu_amp.json 2> $W/zoo_gpu_amp.err;
             python3 -c \"import json; d=json.load(open('$W/zoo_gpu_amp.json')); print(sum(t['caught'] for t in d['targets']), 'of', len(d['targets']), 'caught');
 [print(t['target'], t['caught'], t['status'], (t.get('finding') or {}).get('seconds_to_first'), (t.get('finding') or {}).get('case_summary')) for t in d['targets']]\"" ;;
-    useramp) run useramp 330 "python3 bench/user_amp_bench.py --device cuda --time 60 --clean-time 30 --shrink-time 30 \
+    useramp) run useramp 330 "python3 bench/user_amp_bench.py --device cuda --time 60 --plain-time 40 --clean-time 25 --shrink-time 30 \
               --cpu-json bench/results/user_amp_cpu.json --out $W/user_amp_h200.json --md $W/user_amp_h200.md \
               > $W/user_amp.log 2>&1; cat $W/user_amp_h200.md" ;;
     racemap) run racemap 200 "$MF fuzz --target zoo.BM-NOGUARD --target zoo.SD-SPAN --device cuda --profile gpu-amp \

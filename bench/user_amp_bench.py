@@ -99,6 +99,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), required=True)
     ap.add_argument("--time", type=float, default=60.0, help="seconds per racy kernel and profile (default 60)")
     ap.add_argument("--clean-time", type=float, default=30.0, help="seconds per correct kernel (default 30)")
+    ap.add_argument("--plain-time", type=float, default=None,
+                    help="seconds per racy kernel under plain repetition (default --time)")
     ap.add_argument("--shrink-time", type=float, default=40.0)
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
@@ -113,9 +115,11 @@ def main(argv=None) -> int:
         if args.only and args.only not in target:
             continue
         for profile in profiles:
-            if expected == "clean" and profile == "gpu":
-                continue  # correct kernels: under every perturbation (gpu-amp draws them all)
+            if expected != "race" and profile == "gpu":
+                continue  # correct kernels under every perturbation (gpu-amp draws them all); plain is for races
             seconds = args.clean_time if expected == "clean" else args.time
+            if profile == "gpu" and args.plain_time:
+                seconds = args.plain_time
             row = _run(target, overlap, args.device, profile, seconds, args.shrink_time, args.reps, args.seed)
             row["expected"] = expected
             rows.append(row)
@@ -134,6 +138,8 @@ def main(argv=None) -> int:
 
 
 def _commit() -> str:
+    if os.environ.get("MF_COMMIT"):
+        return os.environ["MF_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=ROOT).stdout.strip() or "unknown"
