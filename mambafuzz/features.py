@@ -457,6 +457,22 @@ class Tally:
         self._sample(seconds)
         return feats
 
+    def add_rates(self, case, verdict) -> None:
+        """A shrinking candidate's repetitions, into the race map only: it was not drawn, so the coverage
+        counts leave it out, but its k/N is a measured rate at its shift, size, warps and delay."""
+        if not (self.race or getattr(case, "perturb", None) is not None):
+            return
+        try:
+            feats = _features(case, verdict)
+        except Exception:  # noqa: BLE001 - coverage must never end a fuzz run
+            return
+        key = (feats.get(RACE_SHIFT, "?"), feats.get(RACE_SIZE, "?"), feats.get("num_warps", "?"),
+               feats.get("delay_ns", "?"))
+        failed = verdict.failures or (1 if verdict.failed else 0)
+        cell = self.cells.setdefault(key, [0, 0])
+        cell[0] += max(verdict.reps, failed)
+        cell[1] += failed
+
     def _sample(self, seconds: float) -> None:
         """A (seconds, examples) point at most once per step; the step doubles whenever the points are
         thinned to half, so a night's session keeps TIMELINE_POINTS of them."""

@@ -316,6 +316,7 @@ def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport, best: _B
     """run_case while shrinking, with None for a case that could not be checked (that is 'passes')."""
     try:
         verdict = _run(target, opts, case, best, stop)
+        report.tally.add_rates(case, verdict)
     except CaseError:
         return None
     except (Inconclusive, InternalError):
