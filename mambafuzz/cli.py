@@ -84,9 +84,10 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--fresh", action="store_true", help="ignore a saved, interrupted session with these options")
     p.add_argument("--observe", type=Path, default=None, metavar="DIR",
                    help="write Hypothesis observability records (JSON lines, what Tyche reads) under DIR")
-    p.add_argument("--cpu-witness", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--cpu-witness", action=argparse.BooleanOptionalAction, default=None,
                    help="run a GPU finding again under the CPU race recorder in a child process, shrink it "
-                        "there and confirm the smaller case on the GPU")
+                        "there and confirm the smaller case on the GPU (None: on for fuzz, off for zoo and "
+                        "smoke, whose short time shares it would eat)")
 
 
 def _add_contract_options(p, *, with_defaults: bool) -> None:
@@ -168,7 +169,7 @@ def _fuzz_options(args, device: str):
                        min_examples=args.min_examples, time_budget=None, shrink_budget=args.shrink_time,
                        seed=args.seed, database=database, crashes_dir=crashes_dir, profile=profile,
                        observe=_observe_dir(args.observe),
-                       witness=args.cpu_witness,
+                       witness=args.cpu_witness if args.cpu_witness is not None else args.command == "fuzz",
                        contract_options={o.name: getattr(args, o.name) for c in contracts.CONTRACTS.values()
                                          for o in c.cli_options if getattr(args, o.name, None) is not None})
 

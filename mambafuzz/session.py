@@ -19,6 +19,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -51,6 +52,11 @@ class WorkerSpec:
 # --------------------------------------------------------------------- worker
 def _worker_main(spec: WorkerSpec, conn) -> None:
     """Runs in the child: fuzz each target, narrating every case to the parent."""
+    try:  # the parent's stdout may be a --json document: a kernel's or Triton's prints go to stderr
+        sys.stdout.flush()
+        os.dup2(2, 1)
+    except OSError:
+        pass
     if spec.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
     from . import device as device_mod
