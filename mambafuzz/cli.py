@@ -7,7 +7,9 @@ may copy is printed on a plain line of its own, never wrapped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -330,7 +332,7 @@ def cmd_list(args) -> int:
 
     targets = registry.all_targets()
     if args.json:
-        print(json.dumps([{"name": t.name, "contract": t.contract, "kind": t.kind, "overlap": t.overlap,
+        _emit(json.dumps([{"name": t.name, "contract": t.contract, "kind": t.kind, "overlap": t.overlap,
                            "bug": t.bug, "devices": list(t.devices), "description": t.description}
                           for t in targets], indent=2))
         return EXIT_CLEAN
@@ -370,7 +372,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
     code = outcome.exit_code([r.status for r in reports], interrupted)
     if args.json:
-        print(_report_json(args.command, device, opts.mode, interrupted, code,
+        _emit(_report_json(args.command, device, opts.mode, interrupted, code,
                            targets=[r.to_json() for r in reports]))
         return code
     _print_reports(reports, title, device)
@@ -411,7 +413,7 @@ def cmd_zoo(args) -> int:
     else:
         code = EXIT_CLEAN
     if args.json:
-        print(_report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
+        _emit(_report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
         return code
     table = Table(title="bug zoo")
     for col in ("variant", "caught", "by", "1st failure"):
@@ -465,7 +467,7 @@ def cmd_replay(args) -> int:
                 against = Against(resolve_one(args.against, contract="").name)
     except UsageError as exc:
         if args.json:  # still JSON: every file found could not run, for this one reason
-            print(_report_json("replay", args.device, args.mode, False, EXIT_USAGE,
+            _emit(_report_json("replay", args.device, args.mode, False, EXIT_USAGE,
                                files=[ReplayRow(f, args.against or "?", COULD_NOT_RUN, reason=str(exc)).to_json()
                                       for f in files]))
         raise
@@ -477,7 +479,7 @@ def cmd_replay(args) -> int:
     code = exit_code(rows)
     if args.json:
         mode = args.mode or (None if device == "cpu" else "compare")  # None: each file's recorded mode
-        print(_report_json("replay", device, mode, interrupt.requested(), code, files=[r.to_json() for r in rows]))
+        _emit(_report_json("replay", device, mode, interrupt.requested(), code, files=[r.to_json() for r in rows]))
     else:
         table = Table(title=f"replay ({device})")
         for col in ("crash file", "target", "status", "k/N", "detail"):
@@ -514,12 +516,52 @@ COMMANDS = {"list": cmd_list, "fuzz": cmd_fuzz, "smoke": lambda a: cmd_fuzz(a, s
             "replay": cmd_replay, "selfcheck": cmd_selfcheck, "report": cmd_report}
 
 
+_DOCUMENT = [None]  # where --json's one document goes: the process's stdout as it was at the start
+
+
+def _emit(text: str) -> None:
+    """Write the --json document (or a listing) to the real stdout, whatever the run printed."""
+    stream = _DOCUMENT[0] or sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool):
+    """With --json, everything else a run prints (a kernel's print, Triton's compiler dumps, a C
+    library writing to fd 1) goes to stderr, so stdout is one JSON document."""
+    if not active:
+        yield
+        return
+    old = sys.stdout
+    old.flush()
+    try:
+        on_fd1 = old.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # a captured or replaced stream (tests, notebooks)
+        on_fd1 = False
+    saved = os.dup(1) if on_fd1 else None
+    document = os.fdopen(saved, "w", closefd=True) if on_fd1 else old
+    if on_fd1:
+        os.dup2(2, 1)
+    sys.stdout, _DOCUMENT[0] = sys.stderr, document
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        if on_fd1:
+            os.dup2(saved, 1)
+        sys.stdout, _DOCUMENT[0] = old, None
+        if on_fd1:
+            document.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     interrupt.reset()
     interrupt.install()  # SIGINT/SIGTERM: finish the current example, report, keep what was found
     try:
-        return COMMANDS[args.command](args)
+        with _stdout_to_stderr(bool(getattr(args, "json", False))):
+            return COMMANDS[args.command](args)
     except UsageError as exc:
         err.print(f"mambafuzz: error: {exc}", highlight=False, markup=False)  # "mambafuzz[report]" is no tag
         return EXIT_USAGE

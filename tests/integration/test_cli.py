@@ -116,3 +116,22 @@ def test_smoke_passes_on_the_correct_kernels(tmp_path):
 def test_selfcheck(tmp_path):
     proc = mf("selfcheck", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.count("ok") == 4
+
+
+def test_json_stdout_is_one_document_whatever_the_target_prints(tmp_path):
+    """A user's adapter that prints (Python print and a raw write to fd 1) cannot break --json."""
+    (tmp_path / "noisy_mod.py").write_text(
+        "import os\n"
+        "def copy(src_ptrs, dst_ptrs, sizes, *, arena):\n"
+        "    print('hello from the adapter')\n"
+        "    os.write(1, b'raw bytes on fd 1\\n')\n"
+        "    base = arena.data_ptr()\n"
+        "    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):\n"
+        "        arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()\n")
+    for isolate in ("--no-isolate", "--isolate"):
+        r = mf("fuzz", "--target", "noisy_mod:copy", "--contract", "batch_memcpy", "--max-examples", "12",
+               "--seed", "1", "--database", "none", "--crashes-dir", str(tmp_path / "c"), "--json", isolate,
+               cwd=tmp_path)
+        body = json.loads(r.stdout)  # the whole of stdout is the document
+        assert body["exit_code"] == 0 and body["targets"][0]["status"] == "clean", r.stderr[-2000:]
+        assert "hello from the adapter" in r.stderr and "raw bytes on fd 1" in r.stderr
