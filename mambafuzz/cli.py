@@ -180,13 +180,7 @@ def _observe_dir(folder: Path | None) -> str | None:
     """--observe's folder, absolute (workers run elsewhere), checked writable now."""
     if folder is None:
         return None
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".mambafuzz-write-probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--observe {folder} is not a writable folder: {exc.strerror or exc}") from None
+    _check_writable(folder, f"--observe {folder} is not a writable folder")
     return str(folder.absolute())
 
 
@@ -200,14 +194,15 @@ def _print_coverage(reports) -> None:
             print(line)
 
 
-def _check_writable(folder: Path) -> None:
+def _check_writable(folder: Path, what: str | None = None) -> None:
+    """Make `folder` and write a probe in it now; UsageError (`what`: its message) when that fails."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / ".mambafuzz-write-probe"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise UsageError(f"crashes folder {folder} is not writable: {exc.strerror or exc}") from None
+        raise UsageError(f"{what or f'crashes folder {folder} is not writable'}: {exc.strerror or exc}") from None
 
 
 _STYLES = {"finding": "red", "clean": "green", "inconclusive": "yellow", "interrupted": "yellow"}

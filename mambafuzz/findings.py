@@ -262,6 +262,18 @@ def _check_fields(path: Path, body: dict[str, Any]) -> None:
         raise CrashFileError(f"{path}: field 'failures' ({body['failures']}) is more than 'reps' ({body['reps']})")
 
 
+def schema_problem(body: dict, latest: int, what: str) -> str | None:
+    """Why `body`'s ``schema`` field cannot be read (`what`: "crash" or "report"), or None."""
+    schema = body.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        return f"no integer 'schema' field; not a mambafuzz {what} file"
+    if schema > latest:
+        return f"written with {what} schema {schema}; this mambafuzz reads up to {latest} (upgrade mambafuzz)"
+    if schema < 1:
+        return f"field 'schema' must be 1..{latest}, got {schema}"
+    return None
+
+
 def load(path: Path) -> CrashRecord:
     """Read and validate one crash file; CrashFileError names the file and the field."""
     path = Path(path)
@@ -277,14 +289,9 @@ def load(path: Path) -> CrashRecord:
         raise CrashFileError(f"{path}: not a crash file (JSON nested too deeply)") from None
     if not isinstance(body, dict):
         raise CrashFileError(f"{path}: a crash file holds a JSON object")
-    schema = body.get("schema")
-    if not isinstance(schema, int) or isinstance(schema, bool):
-        raise CrashFileError(f"{path}: no integer 'schema' field; not a mambafuzz crash file")
-    if schema > CRASH_SCHEMA:
-        raise CrashFileError(f"{path}: written with crash schema {schema}; this mambafuzz reads up to "
-                             f"{CRASH_SCHEMA} (upgrade mambafuzz)")
-    if schema < 1:
-        raise CrashFileError(f"{path}: field 'schema' must be 1..{CRASH_SCHEMA}, got {schema}")
+    problem = schema_problem(body, CRASH_SCHEMA, "crash")
+    if problem:
+        raise CrashFileError(f"{path}: {problem}")
     missing = [k for k in _REQUIRED if k not in body]
     if missing:
         raise CrashFileError(f"{path}: malformed crash file, missing {', '.join(missing)}")

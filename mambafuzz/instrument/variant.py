@@ -136,7 +136,12 @@ def _memory_op(func: ast.expr, env) -> str | None:
     for op in ("load", "store"):
         if _same_function(obj, getattr(tl.core, op)):
             return op
-    return None
+    try:  # Triton's interpreter swaps tl.core.load while kernels run; a name imported before is the original
+        inner = inspect.unwrap(obj)
+    except ValueError:
+        return None
+    name, module = getattr(inner, "__name__", None), getattr(inner, "__module__", "") or ""
+    return name if name in ("load", "store") and module.startswith("triton.language") else None
 
 
 def _same_function(a, b) -> bool:

@@ -327,6 +327,20 @@ def _bytes(name, t, device=None):
     return t
 
 
+def _aux_buffers(who: str, arena, aux, aux_expected, aux_snapshot):
+    """The in-place output a judge checks besides the arena (postprocess's accepted counts), as
+    ``(aux, aux_expected, aux_snapshot, n_aux)``; without one, the arena three times (never read)."""
+    if aux is None:
+        return arena, arena, arena, 0
+    dev = arena.device
+    aux = _bytes("aux", aux, dev)
+    aux_expected = _bytes("aux_expected", aux_expected, dev)
+    aux_snapshot = _bytes("aux_snapshot", aux_snapshot, dev)
+    if not aux.numel() == aux_expected.numel() == aux_snapshot.numel():
+        raise ValueError(f"{who}: aux, aux_expected and aux_snapshot differ in length")
+    return aux, aux_expected, aux_snapshot, aux.numel()
+
+
 class CheckRestore:
     """One prepared check: buffers validated and the grid computed once; call per repetition.
 
@@ -361,16 +375,8 @@ class CheckRestore:
             if positions.numel() < n:
                 raise ValueError(f"check_restore: positions ({positions.numel()}) must hold n = {n} entries")
         has_aux = aux is not None
-        if has_aux:
-            aux = _bytes("aux", aux, dev)
-            aux_expected = _bytes("aux_expected", aux_expected, dev)
-            aux_snapshot = _bytes("aux_snapshot", aux_snapshot, dev)
-            if not aux.numel() == aux_expected.numel() == aux_snapshot.numel():
-                raise ValueError("check_restore: aux, aux_expected and aux_snapshot differ in length")
-            n_aux = aux.numel()
-        else:
-            aux = aux_expected = aux_snapshot = arena  # never read (HAS_AUX is False)
-            n_aux = 0
+        aux, aux_expected, aux_snapshot, n_aux = _aux_buffers("check_restore", arena, aux, aux_expected,
+                                                              aux_snapshot)
         self.arena, self.expected, self.snapshot, self.positions = arena, expected, snapshot, positions
         self.n = n
         self._aux = (aux, aux_expected, aux_snapshot, n_aux)
@@ -448,16 +454,8 @@ class ChunkCheck:
         if int(full_every) < 1:
             raise ValueError(f"chunk_check: full_every must be >= 1, got {full_every}")
         has_aux = aux is not None
-        if has_aux:
-            aux = _bytes("aux", aux, dev)
-            aux_expected = _bytes("aux_expected", aux_expected, dev)
-            aux_snapshot = _bytes("aux_snapshot", aux_snapshot, dev)
-            if not aux.numel() == aux_expected.numel() == aux_snapshot.numel():
-                raise ValueError("chunk_check: aux, aux_expected and aux_snapshot differ in length")
-            n_aux = aux.numel()
-        else:
-            aux = aux_expected = aux_snapshot = arena  # never read (HAS_AUX is False)
-            n_aux = 0
+        aux, aux_expected, aux_snapshot, n_aux = _aux_buffers("chunk_check", arena, aux, aux_expected,
+                                                              aux_snapshot)
         self.arena, self.expected, self.snapshot = arena, expected, snapshot
         self.order = order.to(dev)
         self.n, self.n_chunks, self.n_check, self.n_restore = n, n_chunks, int(n_check), int(n_restore)

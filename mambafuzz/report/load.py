@@ -149,14 +149,11 @@ def _show(value) -> str:
 
 
 def _from_json_report(path: Path, body: dict) -> Report:
-    schema = body.get("schema")
-    if not isinstance(schema, int) or isinstance(schema, bool):
-        raise UsageError(f"{path}: no integer 'schema' field; not a mambafuzz JSON report")
-    if schema > REPORT_SCHEMA:
-        raise UsageError(f"{path}: written with report schema {schema}; this mambafuzz reads up to "
-                         f"{REPORT_SCHEMA} (upgrade mambafuzz)")
-    if schema < 1:
-        raise UsageError(f"{path}: field 'schema' must be 1..{REPORT_SCHEMA}, got {schema}")
+    from ..findings import schema_problem
+
+    problem = schema_problem(body, REPORT_SCHEMA, "report")
+    if problem:
+        raise UsageError(f"{path}: {problem}")
     command = body.get("command")
     if command not in COMMANDS:
         raise UsageError(f"{path}: field 'command' must be one of {', '.join(COMMANDS)}, got {_show(command)}")

@@ -212,8 +212,10 @@ def test_addr_i32_is_caught_on_a_gpu_profile_case_past_4_gib():
         offsets = _copied_block_offsets(c)
         return max(offsets) >= 1 << 32 and not any(1 << 31 <= o < 1 << 32 for o in offsets)
 
-    case = find(strategies.state_copy_cases(strategies.GPU), wraps,
-                settings=settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck),
+    import random
+    # a fixed search (such cases are about 1 in 30 draws; an unseeded 500-draw search once found none)
+    case = find(strategies.state_copy_cases(strategies.GPU), wraps, random=random.Random(2026),
+                settings=settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck),
                                   database=None))
     assert not run_case(registry.get("triton.state_copy").fn, case, "cpu").failed
     v = run_case(registry.get("zoo.ADDR-I32").fn, case, "cpu")

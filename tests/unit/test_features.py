@@ -198,6 +198,22 @@ def test_perturbed_cases_fill_the_race_map_and_workers_merge():
     assert ["8-15", "8-63", "8", "2000", 100, 2] in race["cells"]
 
 
+def test_shrinking_candidates_add_their_rates_to_the_race_map_but_not_to_coverage():
+    t = Tally()
+    t.expect("batch_memcpy", profile=GPU_AMP, device="cuda")
+    t.add(batch((16, 8, 24), perturb=(1, 2000, 1, 0, 8)), Verdict(reps=50, failures=5, mode="compare"), 1.0)
+    before = json.dumps(t.to_json()["coverage"])
+    t.add_rates(batch((9, 8, 4), perturb=(1, 2000, 1, 0, 8)), Verdict(reps=150, failures=1, mode="compare"))
+    t.add_rates(batch((16, 8, 24)), Verdict(reps=50, failures=0, mode="compare"))
+    assert t.examples == 1 and json.dumps(t.to_json()["coverage"]) == before
+    assert t.cells == {("8-15", "8-63", "8", "2000"): [50, 5], ("1", "1-7", "8", "2000"): [150, 1],
+                       ("8-15", "8-63", "default", "0"): [50, 0]}
+    cpu = Tally()
+    cpu.expect("batch_memcpy", profile=CPU, device="cpu")
+    cpu.add_rates(batch((16, 8, 24)), Verdict(reps=1, failures=1, mode="race"))
+    assert cpu.cells == {}  # interpreted and unperturbed: no race map
+
+
 def test_a_hazard_without_wrong_bytes_counts_as_one_failing_repetition():
     t = Tally()
     t.expect("batch_memcpy", device="cuda")
