@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -97,3 +98,18 @@ class Report:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("\n".join(self.lines) + "\n")
             print(f"{self.prog}: wrote {path}")
+
+
+def commit() -> str:
+    """The checkout's commit (with '+dirty' when files differ from it), or 'unknown'; MF_COMMIT when set
+    (the device tool's copy of the tree carries no usable .git)."""
+    if os.environ.get("MF_COMMIT"):
+        return os.environ["MF_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                              text=True, timeout=20, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=Path(__file__).resolve().parents[1],
+                               capture_output=True, text=True, timeout=20).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except Exception:  # noqa: BLE001 - a copy without .git, no git binary
+        return "unknown"

@@ -30,9 +30,7 @@ are all overhead inside that fraction.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,7 +40,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, device_line, median_us, reference_copy, require_compiled_gpu  # noqa: E402
+from _gpu_common import Report, commit, device_line, median_us, reference_copy, require_compiled_gpu  # noqa: E402
 
 
 def _args(argv):
@@ -103,21 +101,6 @@ def _cases(quick: bool):
     return rows
 
 
-def _commit() -> str:
-    """The checkout's commit (with '+dirty' when files differ from it), or 'unknown'; MF_COMMIT when set
-    (the device tool's copy of the tree carries no usable .git)."""
-    if os.environ.get("MF_COMMIT"):
-        return os.environ["MF_COMMIT"]
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=20, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=20).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except Exception:  # noqa: BLE001 - a copy without .git, no git binary
-        return "unknown"
-
-
 def main(argv=None) -> int:
     args = _args(argv)
     torch = require_compiled_gpu("gpu_bench", force_compiled=True)
@@ -148,7 +131,7 @@ def main(argv=None) -> int:
     out("# gpu_bench: repetitions per second")
     out()
     out(device_line())
-    out(f"- commit: {_commit()}; command: python bench/gpu_bench.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    out(f"- commit: {commit()}; command: python bench/gpu_bench.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     out(f"- method: plain / loop / graph (+ graph-full on large cases) alternated, {args.pairs} rounds, median; "
         f"one sample = one call of N repetitions (N = {args.reps_small} small, {args.reps_large} large, "
         f"{args.reps_large_plain} for plain on large); graph K <= {k}")

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from _gpu_common import commit  # noqa: E402  (imports neither torch nor triton)
 
 # (target, overlap, expected, bug shape)
 KERNELS = [
@@ -132,19 +134,9 @@ def main(argv=None) -> int:
         import platform
         header = [f"# user-kernel amplification ({args.device})", "",
                   f"- command: python bench/user_amp_bench.py {' '.join(argv or sys.argv[1:])}",
-                  f"- python {platform.python_version()}; commit {_commit()}"]
+                  f"- python {platform.python_version()}; commit {commit()}"]
         args.md.write_text(_md(rows, cpu, header))
     return 0
-
-
-def _commit() -> str:
-    if os.environ.get("MF_COMMIT"):
-        return os.environ["MF_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=ROOT).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ Per state kind (``meta`` columns as in ARCHITECTURE.md "Contracts"):
 The bug needs a span longer than one tile with source and destination in the
 same block: an SD conv state over 1 KiB, or DS rows over 1 KiB each.
 """
-import torch
 import triton
 import triton.language as tl
 

@@ -4,7 +4,6 @@ The fuzz-loop test runs on the CPU with a Python target that corrupts a
 byte at random (a stand-in for a GPU race): with every candidate judged by
 one batch, shrinking stalls on big cases; judged by k/N it ends small.
 """
-import math
 import random
 
 import pytest
