@@ -69,14 +69,20 @@ def _left_overlaps(case):
 
 
 def _same_block_shift(case, kind):
+    """True/False; None when a shift inside one block moves bytes by a whole number of 1 KiB pieces
+    (each lane then reloads its own bytes: conv_sd, 8-byte elements, dim 16, bias 8 is race-free)."""
     tables = np.asarray(case.block_tables)
+    racy = False
     for pool in case.pools:
         if pool.kind != kind:
             continue
+        unit = pool.elem_size * (pool.dim if kind == "conv_sd" else 1)  # bytes per token step
         for r, (s, d, b) in enumerate(zip(case.src_cols, case.dst_cols, case.biases)):
             if tables[pool.group, r, s] == tables[pool.group, r, d] and 0 < b < pool.state_len - b:
-                return True
-    return False
+                if (b * unit) % 1024 == 0:
+                    return None
+                racy = True
+    return racy
 
 
 RACY_GEOMETRY = {
