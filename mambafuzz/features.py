@@ -442,33 +442,38 @@ class Tally:
         except Exception as exc:  # noqa: BLE001 - coverage must never end a fuzz run; the table shows it
             feats = {"error": type(exc).__name__, **verdict_features(verdict)}
         self.examples += 1
-        race_key = (feats.pop(RACE_SHIFT, "?"), feats.pop(RACE_SIZE, "?"), feats.get("num_warps", "?"),
-                    feats.get("delay_ns", "?"))
+        self._add_cell(case, feats, verdict)
+        feats.pop(RACE_SHIFT, None)
+        feats.pop(RACE_SIZE, None)
         for name, value in feats.items():
             counts = self.counts.setdefault(name, {})
             for label in labels_of(value):
                 counts[label] = counts.get(label, 0) + 1
-        if self.race or getattr(case, "perturb", None) is not None:
-            key = race_key
-            failed = verdict.failures or (1 if verdict.failed else 0)  # a hazard fails its one recorded run
-            cell = self.cells.setdefault(key, [0, 0])
-            cell[0] += max(verdict.reps, failed)
-            cell[1] += failed
         self._sample(seconds)
         return feats
 
     def add_rates(self, case, verdict) -> None:
         """A shrinking candidate's repetitions, into the race map only: it was not drawn, so the coverage
         counts leave it out, but its k/N is a measured rate at its shift, size, warps and delay."""
-        if not (self.race or getattr(case, "perturb", None) is not None):
+        if not self._maps(case):
             return
         try:
             feats = _features(case, verdict)
         except Exception:  # noqa: BLE001 - coverage must never end a fuzz run
             return
+        self._add_cell(case, feats, verdict)
+
+    def _maps(self, case) -> bool:
+        """Whether `case`'s repetitions go into the race map: on a GPU, or perturbed."""
+        return self.race or getattr(case, "perturb", None) is not None
+
+    def _add_cell(self, case, feats: dict[str, str], verdict) -> None:
+        """Add `verdict`'s repetitions and failing ones to the race-map cell of `feats`."""
+        if not self._maps(case):
+            return
         key = (feats.get(RACE_SHIFT, "?"), feats.get(RACE_SIZE, "?"), feats.get("num_warps", "?"),
                feats.get("delay_ns", "?"))
-        failed = verdict.failures or (1 if verdict.failed else 0)
+        failed = verdict.failures or (1 if verdict.failed else 0)  # a hazard fails its one recorded run
         cell = self.cells.setdefault(key, [0, 0])
         cell[0] += max(verdict.reps, failed)
         cell[1] += failed

@@ -53,22 +53,24 @@ def merge(total: Verdict | None, part: Verdict) -> Verdict:
     return total
 
 
-def judge(run_batch: Callable[[], Verdict], p0: float, batch: int, *,
-          stop: Callable[[], bool] = lambda: False) -> Verdict:
-    """Batches until one fails, `budget(p0)` repetitions have passed, or `stop()` (a time limit) says so."""
-    limit = budget(p0, batch)
+def _batches(run_batch: Callable[[], Verdict], done: Callable[[Verdict], bool],
+             stop: Callable[[], bool]) -> Verdict:
+    """Batches merged into one verdict until `done(total)`, a fault, or `stop()` (a time limit)."""
     total: Verdict | None = None
     while True:
         total = merge(total, run_batch())
-        if total.failed or total.reps >= limit or total.fault or stop():
+        if done(total) or total.fault or stop():
             return total
+
+
+def judge(run_batch: Callable[[], Verdict], p0: float, batch: int, *,
+          stop: Callable[[], bool] = lambda: False) -> Verdict:
+    """Batches until one fails, `budget(p0)` repetitions have passed, or `stop()` says so."""
+    limit = budget(p0, batch)
+    return _batches(run_batch, lambda total: total.failed or total.reps >= limit, stop)
 
 
 def measure(run_batch: Callable[[], Verdict], batch: int, reps: int = CONFIRM_REPS, *,
             stop: Callable[[], bool] = lambda: False) -> Verdict:
     """At least `reps` repetitions (whole batches), all counted: a rate for the report, not a yes/no."""
-    total: Verdict | None = None
-    while True:
-        total = merge(total, run_batch())
-        if total.reps >= max(reps, batch) or total.fault or stop():
-            return total
+    return _batches(run_batch, lambda total: total.reps >= max(reps, batch), stop)

@@ -298,10 +298,15 @@ def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None
 def _run(target, opts: FuzzOptions, case: Case, best: _Best | None = None,
          stop: Callable[[], bool] = lambda: False) -> Verdict:
     """One example's verdict; while shrinking a GPU failure (`best` given), batches judged by k/N."""
-    one = lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)  # noqa: E731
+    one = _batch(target, opts, case)
     if best is None or best.case is None or not opts.flaky:
         return one()
     return flaky.judge(one, best.p0, opts.reps, stop=stop)
+
+
+def _batch(target, opts: FuzzOptions, case: Case) -> Callable[[], Verdict]:
+    """One batch of `case`: ``opts.reps`` repetitions, one verdict."""
+    return lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
 
 
 def _note_instrumented(report: TargetReport, verdict: Verdict) -> None:
@@ -359,23 +364,22 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
     left = (end - time.monotonic()) if end is not None else opts.witness_seconds
     stop = (lambda: time.monotonic() > end) if end is not None else (lambda: False)
     if opts.witness and left > 5:
-        witness = cpu_witness(target, best.case, timeout=min(opts.witness_seconds, left),
-                              shrink_seconds=min(opts.witness_seconds, left) * 0.6)
+        seconds = min(opts.witness_seconds, left)
+        witness = cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6)
         best.witness = witness
         if witness.status == WITNESSED and witness.cpu_case is not None:
             smaller = case_from_json(witness.cpu_case)
             if getattr(best.case, "perturb", None) is not None:
                 smaller = smaller.with_perturb(best.case.perturb)
-            if smaller.size < best.case.size:
-                verdict = _judge(target, opts, smaller, report, best, stop)
-                if verdict is not None and best.counts(verdict):
+            verdict = _judge(target, opts, smaller, report, best, stop) if smaller.size < best.case.size else None
+            if verdict is not None:
+                if best.counts(verdict):
                     verdict = _measured(target, opts, smaller, verdict, stop)
-                    witness.gpu_rate = [verdict.failures, verdict.reps]
                     witness.adopted = True
+                witness.gpu_rate = [verdict.failures, verdict.reps]
+                if witness.adopted:
                     best.keep(smaller, verdict)
                     return
-                if verdict is not None:
-                    witness.gpu_rate = [verdict.failures, verdict.reps]
     try:
         verdict = _measured(target, opts, best.case, best.verdict, stop)
     except Exception:  # noqa: BLE001 - the finding stands as it is; the measure was only for the report
@@ -388,8 +392,7 @@ def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, stop) -> 
     """`verdict` topped up to flaky.CONFIRM_REPS repetitions of `case` (the rate a report prints)."""
     if verdict.reps >= flaky.CONFIRM_REPS:
         return verdict
-    more = flaky.measure(lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode),
-                         opts.reps, flaky.CONFIRM_REPS - verdict.reps, stop=stop)
+    more = flaky.measure(_batch(target, opts, case), opts.reps, flaky.CONFIRM_REPS - verdict.reps, stop=stop)
     return flaky.merge(copy.copy(verdict), more)
 
 
