@@ -7,35 +7,44 @@ memmove of ``sizes[i]`` bytes (full overlap support, both directions).
 ``perturb`` (``kernels.perturb.Perturb``) sleeps chosen warps to make races show.
 
 Splitting long rows: a row whose source and destination do not overlap (or
-overlap exactly) is cut into ``min(MAX_PARTS, ceil(size / SPLIT_MIN))`` parts,
-program (row, p) copying part p in steps of ``SPLIT_BLOCK`` bytes; parts cover
-disjoint bytes and read none another part writes, so no ordering between
-programs is needed.  Part boundaries after the first sit where ``dst`` is
-8-byte aligned, so only the first part has a byte head and only the last a
-byte tail (the zoo's TAIL-DROP drops the same bytes as unsplit).  A row that
-overlaps itself stays in program (row, 0), walking away from the overlap with
-the barrier of ``_move_span``: a second program could store bytes the first
-has yet to load.  The split is decided in the kernel from ``sizes`` (no host
-synchronisation, so the launch can be captured in a CUDA graph): on a GPU the
-grid's second dimension is ``MAX_PARTS`` and parts past a row's count exit at
-once; on the CPU (the interpreter, where every idle program costs) the
-launcher reads the sizes and launches only as many parts as the longest row
-needs, each row split exactly as on a GPU.
+overlap exactly) is cut into ``min(parts, ceil(size / SPLIT_MIN))`` parts,
+``parts`` being the grid's second dimension; program (row, p) copies part p.
+Parts cover disjoint bytes and read none another part writes, so no ordering
+between programs is needed.  Part boundaries after the first sit where ``dst``
+is ``ALIGN``-byte aligned, so only the first part has a byte head and only the
+last a byte tail (the zoo's TAIL-DROP drops the same bytes as unsplit).  A part
+whose source and destination agree mod 16 is copied by ``_copy_disjoint``:
+unmasked whole blocks of ``SPLIT_BLOCK`` bytes that Triton can prove 16-byte
+aligned, so every lane moves 16-byte vectors (``_move_span``'s masked u64
+lanes reach about three quarters of ``copy_`` on an H200); other parts, and
+every part of the TAIL-DROP and MISALIGN variants, go through ``_move_span``.
+A row that overlaps itself stays in program (row, 0), walking away from the
+overlap with the barrier of ``_move_span``: a second program could store bytes
+the first has yet to load.
+
+The grid's second dimension (``parts_cap``) comes from the row count alone:
+about ``PROGRAMS`` programs in all, at most ``MAX_PARTS`` a row, so a long
+batch of short rows does not launch idle programs by the thousand, and no
+host synchronisation is needed (the launch can be captured in a CUDA graph).
+On the CPU (the interpreter, where every idle program costs) the launcher
+reads the sizes and launches no more parts than the longest row needs; each
+row is split exactly as on a GPU.
 """
 import torch
 import triton
 import triton.language as tl
 
-from .copy import _move_span
+from .copy import _move_bytes_small, _move_span, _perturb
 from .launch import launch, variant_flags
 
 BLOCK = 1024  # bytes per body chunk
-MAX_PARTS = 32        # programs one row may be split over (the grid's second dimension on a GPU)
+MAX_PARTS = 32        # programs one row may be split over, at most
+PROGRAMS = 2048       # about this many programs in a launch when rows are split (see parts_cap)
 SPLIT_MIN = 64 << 10  # bytes per part at least: shorter rows stay in one program
-SPLIT_BLOCK = 8192    # bytes per step of a row that does not overlap itself (no barrier, wider steps)
-_MAX_PARTS = tl.constexpr(MAX_PARTS)
+SPLIT_BLOCK = 16384   # bytes per step of a row that does not overlap itself (no barrier, wider steps)
+ALIGN = 128           # part boundaries after the first: dst at a multiple of this
 _SPLIT_MIN = tl.constexpr(SPLIT_MIN)
-_SPLIT_BLOCK = tl.constexpr(SPLIT_BLOCK)
+_ALIGN = tl.constexpr(ALIGN)
 
 # zoo id -> constexpr flags of _move_span
 VARIANTS = {
@@ -50,11 +59,49 @@ VARIANTS = {
 @triton.jit
 def _parts(n):
     """How many programs a row of ``n`` bytes that does not overlap itself is split over."""
-    return tl.minimum(tl.maximum((n + _SPLIT_MIN - 1) // _SPLIT_MIN, 1), _MAX_PARTS)
+    return tl.minimum(tl.maximum((n + _SPLIT_MIN - 1) // _SPLIT_MIN, 1), tl.num_programs(1))
+
+
+@triton.jit
+def _copy_disjoint(src_addr, dst_addr, n, BLOCK: tl.constexpr, DELAY_POS: tl.constexpr,
+                   DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr, seed):
+    """Copy ``n`` bytes between ranges that do not overlap (or coincide), ``src == dst`` mod 16.
+
+    A byte head brings both to 16-byte alignment; whole blocks of ``BLOCK``
+    bytes then move as u64 lanes, unmasked, through pointers marked 16-byte
+    aligned (``tl.multiple_of``: an address loaded from memory tells the
+    compiler nothing), so every lane moves 16-byte vectors; the last partial
+    block's words are masked, then a byte tail.  No lane loads a byte another
+    lane stores: no barrier.
+    """
+    head = tl.minimum((16 - dst_addr % 16) % 16, n)
+    _move_bytes_small(src_addr, dst_addr, tl.minimum(head, 8), False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+    _move_bytes_small(src_addr + 8, dst_addr + 8, head - 8, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+    ps = (src_addr + head).to(tl.pointer_type(tl.uint64))
+    pd = (dst_addr + head).to(tl.pointer_type(tl.uint64))
+    lanes = tl.arange(0, BLOCK // 8).to(tl.int64)
+    blocks = (n - head) // BLOCK
+    k = blocks * 0
+    while k < blocks:
+        o = k * (BLOCK // 8) + lanes
+        _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        x = tl.load(tl.multiple_of(ps + o, 16))
+        _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        tl.store(tl.multiple_of(pd + o, 16), x)
+        k += 1
+    words = (n - head - blocks * BLOCK) // 8
+    o = blocks * (BLOCK // 8) + lanes
+    m = lanes < words
+    _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+    x = tl.load(ps + o, mask=m)
+    _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+    tl.store(pd + o, x, mask=m)
+    t = head + blocks * BLOCK + words * 8
+    _move_bytes_small(src_addr + t, dst_addr + t, n - t, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
 
 
 @triton.jit(do_not_specialize=["seed"])
-def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr,
+def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
                          NOGUARD_LEFT: tl.constexpr, FORWARD_RIGHT: tl.constexpr,
                          DROP_TAIL: tl.constexpr, CHECK_DST_ALIGN_ONLY: tl.constexpr,
                          DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr):
@@ -73,22 +120,36 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr,
     else:
         parts = _parts(n)
         if part < parts:
-            piece = ((n + parts - 1) // parts + 7) // 8 * 8
-            head = (8 - dst % 8) % 8  # boundaries after the first where dst + offset is 8-aligned
+            piece = ((n + parts - 1) // parts + _ALIGN - 1) // _ALIGN * _ALIGN
+            head = (_ALIGN - dst % _ALIGN) % _ALIGN  # later boundaries: dst + offset a multiple of ALIGN
             lo = tl.where(part == 0, 0, tl.minimum(head + part * piece, n))
             hi = tl.where(part == parts - 1, n, tl.minimum(head + (part + 1) * piece, n))
-            _move_span(src + lo, dst + lo, hi - lo, _SPLIT_BLOCK,
-                       NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
-                       DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
-                       DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
+            if DROP_TAIL or CHECK_DST_ALIGN_ONLY:
+                fast = part < 0  # never: these variants' bugs live in _move_span's head/body/tail
+            else:
+                fast = (src - dst) % 16 == 0
+            if fast:
+                _copy_disjoint(src + lo, dst + lo, hi - lo, SPLIT_BLOCK, DELAY_POS=DELAY_POS,
+                               DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
+            else:
+                _move_span(src + lo, dst + lo, hi - lo, SPLIT_BLOCK,
+                           NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
+                           DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
+                           DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
+
+def parts_cap(rows: int) -> int:
+    """The grid's second dimension on a GPU: about ``PROGRAMS`` programs in all, 1 to ``MAX_PARTS`` a row."""
+    return max(1, min(MAX_PARTS, PROGRAMS // max(rows, 1)))
 
 
-def parts_needed(src, dst, sizes) -> int:
-    """The grid's second dimension the longest row needs (host values; what the CPU launches)."""
+def parts_needed(src, dst, sizes, cap=None) -> int:
+    """The grid's second dimension the longest row needs, up to ``cap`` (default ``parts_cap``; host
+    values; what the CPU launches)."""
+    cap = parts_cap(len(sizes)) if cap is None else cap
     most = 1
     for s, d, n in zip(src, dst, sizes):
         if not (d < s < d + n or s < d < s + n):
-            most = max(most, min(MAX_PARTS, max(1, -(-n // SPLIT_MIN))))
+            most = max(most, min(cap, max(1, -(-n // SPLIT_MIN))))
     return most
 
 
@@ -109,12 +170,14 @@ def _check_vec(name, t):
 
 
 def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
-                 block=BLOCK, num_warps=4, perturb=None):
+                 block=BLOCK, split_block=SPLIT_BLOCK, parts=None, num_warps=4, perturb=None):
     """memmove ``sizes[i]`` bytes from ``src_ptrs[i]`` to ``dst_ptrs[i]`` for every i.
 
     ``arena`` is accepted for the contract and ignored (pointers are absolute).
     ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
     warps to make races show; its ``num_warps`` replaces ``num_warps``.
+    ``split_block`` and ``parts`` (the most programs a row is split over;
+    default ``parts_cap``) are for tuning (``bench/tune_large.py``).
     """
     for name, t in (("src_ptrs", src_ptrs), ("dst_ptrs", dst_ptrs), ("sizes", sizes)):
         _check_vec(name, t)
@@ -122,9 +185,9 @@ def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
     if dst_ptrs.shape[0] != n or sizes.shape[0] != n:
         raise ValueError("batch_memcpy: src_ptrs, dst_ptrs and sizes differ in length")
     flags = _flags(variant)
-    if sizes.device.type == "cuda":
-        parts = MAX_PARTS  # decided per row in the kernel: no host synchronisation
-    else:
-        parts = parts_needed(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist())
-    launch(_batch_memcpy_kernel, (n, parts), (src_ptrs, dst_ptrs, sizes), perturb=perturb,
-           num_warps=num_warps, BLOCK=block, **flags)
+    cap = parts_cap(n) if parts is None else max(1, int(parts))
+    if sizes.device.type != "cuda":
+        cap = min(cap, parts_needed(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist(), cap))
+    # on a GPU each row's count is decided in the kernel: no host synchronisation
+    launch(_batch_memcpy_kernel, (n, cap), (src_ptrs, dst_ptrs, sizes), perturb=perturb,
+           num_warps=num_warps, BLOCK=block, SPLIT_BLOCK=split_block, **flags)

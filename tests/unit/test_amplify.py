@@ -305,7 +305,7 @@ def check(k, consts):
     n = k.asm["ptx"].count("nanosleep.u32")
     assert (n > 0) == (consts["DELAY_NS"] > 0), (consts, n)
 for i, d in enumerate([NO_DELAY] + DELAYS):  # every position and schedule, 4 and 8 warps
-    c = {"BLOCK": 1024, **{f: f == ("NOGUARD_LEFT" if i % 2 else None) for f in BM_FLAGS}, **d}
+    c = {"BLOCK": 1024, "SPLIT_BLOCK": 16384, **{f: f == ("NOGUARD_LEFT" if i % 2 else None) for f in BM_FLAGS}, **d}
     check(comp(_batch_memcpy_kernel, BM_SIG, c, 8 if i % 2 else 4), c)
 for v, d in zip((None, "SD_SPAN", "DS_ROW"), DELAYS[::2]):
     c = {"BLOCK": 1024, "ROWS": 128, **{f: f == v for f in FLAG_NAMES}, **d}

@@ -248,7 +248,7 @@ def test_batch_memcpy_empty_batch_launches_nothing(device):
 
 
 # long rows split over programs (kernels.batch_memcpy: a (row, part) grid)
-from mambafuzz.kernels.batch_memcpy import MAX_PARTS, SPLIT_MIN, parts_needed  # noqa: E402
+from mambafuzz.kernels.batch_memcpy import MAX_PARTS, SPLIT_BLOCK, SPLIT_MIN, parts_cap, parts_needed  # noqa: E402
 
 # rows that do not overlap themselves, long enough to split (the byte path, the u64 path with a head
 # and a tail, an exact overlap), plus rows that overlap themselves and must stay in one program
@@ -258,8 +258,11 @@ SPLIT_ROWS = [
     (1_000_000, 1_000_000, 2 * SPLIT_MIN),            # exact overlap: split too (reads = writes, per part)
     (1_300_003, 1_300_003 - 16, 2 * SPLIT_MIN + 11),  # left overlap: one program
     (1_500_000, 1_500_000 + 24, 2 * SPLIT_MIN + 1),   # right overlap: one program
+    # src = dst mod 16 (3): the 16-byte path, a 13-byte head (two byte pieces), whole blocks, a
+    # masked last block of 3 words, a 5-byte tail, 4 parts
+    (1_800_000 + 3 + 16 * 7, 2_200_000 + 3, 3 * SPLIT_MIN + 42),
 ]
-SPLIT_ARENA = 1_800_000
+SPLIT_ARENA = 2_600_000
 
 
 def test_parts_needed_counts_only_rows_that_do_not_overlap():
@@ -270,6 +273,12 @@ def test_parts_needed_counts_only_rows_that_do_not_overlap():
     assert parts_needed([0], [200 * SPLIT_MIN], [100 * SPLIT_MIN]) == MAX_PARTS
     assert parts_needed([16], [0], [100 * SPLIT_MIN]) == 1  # overlaps itself
     assert parts_needed([], [], []) == 1
+    # the cap comes from the row count: about PROGRAMS programs in all
+    assert (parts_cap(1), parts_cap(64), parts_cap(256), parts_cap(4096)) == (MAX_PARTS, 32, 8, 1)
+    long_rows = [[i * 200 * SPLIT_MIN for i in range(256)], [(i * 200 + 100) * SPLIT_MIN for i in range(256)],
+                 [100 * SPLIT_MIN] * 256]
+    assert parts_needed(*long_rows) == 8
+    assert parts_needed(*long_rows, cap=3) == 3
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -288,7 +297,7 @@ def test_batch_memcpy_gpu_grid_gives_the_same_bytes():
     base = arena.data_ptr()
     expected = oracle.expect_batch(snap, rows[:, 0], rows[:, 1], rows[:, 2])
     _batch_memcpy_kernel[(len(rows), MAX_PARTS)](i64(rows[:, 0] + base, "cpu"), i64(rows[:, 1] + base, "cpu"),
-                                                 i64(rows[:, 2], "cpu"), 0, BLOCK=BLOCK, **_flags(None),
+                                                 i64(rows[:, 2], "cpu"), 0, BLOCK=BLOCK, SPLIT_BLOCK=SPLIT_BLOCK, **_flags(None),
                                                  DELAY_POS=0, DELAY_NS=0, SCHEDULE=0)
     assert same(arena.numpy(), expected)
 
@@ -898,16 +907,16 @@ def test_registry_import_does_not_import_mambafuzz():
 # --------------------------------------------------------------------------
 _COMPILE_CODE = r'''
 for v in (None,) + BM_FLAGS:
-    comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
+    comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, "SPLIT_BLOCK": 16384, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
 from mambafuzz.kernels.check import _check_chunks, _restore_chunks_if_failed, _sum_chunks
 CHK = {"arena": "*u8", "expected": "*u8", "snapshot": "*u8", "sums": "*i64", "order": "*i64",
        "counter": "*i64", "slot_base": "*i64", "slot": "i32", "n": "i64", "n_chunks": "i64", "n_check": "i32"}
 for aux, base in ((False, False), (True, True)):
     comp(_check_chunks, {**CHK, "n_restore": "i32", "full_every": "i32", "last_slot": "i32", "aux": "*u8",
                          "aux_expected": "*u8", "aux_snapshot": "*u8", "n_aux": "i32"},
-         {"WORDS": 1024, "AUX_BLOCK": 256, "HAS_BASE": base, "HAS_AUX": aux})
+         {"WORDS": 1024, "AUX_BLOCK": 256, "HAS_BASE": base, "HAS_AUX": aux, "ALIGNED16": aux})
     comp(_restore_chunks_if_failed, {**CHK, "full_every": "i32", "last_slot": "i32"},
-         {"WORDS": 1024, "HAS_BASE": base})
+         {"WORDS": 1024, "HAS_BASE": base, "ALIGNED16": base})
 comp(_sum_chunks, {"buf": "*u8", "sums": "*i64", "n": "i64"}, {"WORDS": 1024})
 for v in (None,) + FLAG_NAMES:
     comp(_state_copy_kernel, SC_SIG, {"BLOCK": 1024, "ROWS": 128, **{f: f == v for f in FLAG_NAMES},

@@ -1,0 +1,20 @@
+"""Read ceilings for ``tune_large.py``: the chunk judge's reads without its compare (import after
+the device is chosen: ``@triton.jit`` reads ``TRITON_INTERPRET``)."""
+import triton
+import triton.language as tl
+
+from mambafuzz.kernels.check import _chunk_sum
+
+
+@triton.jit
+def read_sum(buf, order, sums, WORDS: tl.constexpr, MIX: tl.constexpr):
+    """``sums[p]`` = the sum of chunk ``order[p]``'s words: plain (MIX 0) or mixed as the judge mixes."""
+    p = tl.program_id(0).to(tl.int64)
+    c = tl.load(order + p)
+    widx = c * WORDS + tl.arange(0, WORDS).to(tl.int64)
+    w = tl.load(tl.multiple_of(buf.to(tl.pointer_type(tl.uint64)) + widx, 16))
+    if MIX:
+        s = _chunk_sum(w, widx, widx >= 0)
+    else:
+        s = tl.sum(w)
+    tl.store(sums.to(tl.pointer_type(tl.uint64)) + p, s)

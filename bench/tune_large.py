@@ -1,0 +1,277 @@
+"""Large-case tuning sweep (GPU only): the batch copy's split shape and the chunk judge's shape.
+
+What a large repetition costs is the target's copy plus the judge's read of
+every changed chunk (``kernels.check.ChunkCheck``); this script measures each
+alone over a grid of their tuning knobs, then the two together as
+``gpu_reps`` runs them, so the defaults in ``kernels/batch_memcpy.py`` and
+``kernels/check.py`` / ``gpu_reps.py`` rest on numbers:
+
+* copy: ``batch_memcpy(split_block=, num_warps=, parts=)`` on region-to-region
+  batches (64 x 4 MiB, 256 x 1 MiB), as a fraction of a device-to-device
+  ``copy_`` (read + write bytes);
+* short batches: the default grid (``parts_cap``) against the previous one (32
+  parts for every row), side by side;
+* judge: ``ChunkCheck(words=, num_warps=)`` on the 256 MiB of changed chunks
+  of a 512 MiB arena, as read GB/s, next to read ceilings (a plain sum of the
+  same chunks, the same sum with the judge's mixing, torch's ``sum``);
+* together: target + judge per repetition (``FULL_EVERY`` and the last
+  repetition full, as ``gpu_reps.run_reps``), defaults against the best
+  knobs found above, as the target's useful traffic (2 x copied bytes) in %
+  of ``copy_``.
+
+Timing: CUDA events around ``--reps`` back-to-back calls, median of
+``--samples``; every configuration's output is checked once before timing.
+
+    TRITON_INTERPRET=0 python bench/tune_large.py --out bench/results/tune_large_h200.md
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from _gpu_common import Report, commit, device_line, median_us, reference_copy, require_compiled_gpu  # noqa: E402
+
+MiB = 1 << 20
+
+
+def _args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="also write the results as markdown here")
+    ap.add_argument("--reps", type=int, default=10, help="calls per sample (default 10)")
+    ap.add_argument("--samples", type=int, default=5, help="samples per configuration, median (default 5)")
+    ap.add_argument("--together-reps", type=int, default=50, help="repetitions per combined sample (default 50)")
+    ap.add_argument("--ref-mib", type=int, default=1024, help="reference copy_, MiB (default 1024)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    torch = require_compiled_gpu("tune_large", force_compiled=True)
+    from _tune_kernels import read_sum
+    from mambafuzz import gpu_reps
+    from mambafuzz.kernels import batch_memcpy as bm
+    from mambafuzz.kernels import check
+
+    out = Report("tune_large")
+    dev = torch.device("cuda")
+    _, ref_bw = reference_copy(args.ref_mib, lambda f: (f(), median_us(f, reps=1, samples=5))[1])
+    out("# tune_large: the batch copy's split and the chunk judge's shape")
+    out()
+    out(device_line())
+    out(f"- commit: {commit()}; command: python bench/tune_large.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    out(f"- reference: torch copy_ of {args.ref_mib} MiB device-to-device: {ref_bw / 1e9:.0f} GB/s (read + write)")
+    out(f"- timing: CUDA events around {args.reps} calls, median of {args.samples} samples")
+    out()
+
+    def us_of(fn):
+        fn()
+        torch.cuda.synchronize()
+        return median_us(fn, reps=args.reps, samples=args.samples)
+
+    def region(rows, size, gap=256):
+        """An arena with `rows` copies of `size` bytes from its first half to its second."""
+        stride = size + gap
+        n = 256 + 2 * rows * stride + 256
+        arena = torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev)
+        base = arena.data_ptr()
+        src = torch.tensor([base + 256 + i * stride for i in range(rows)], dtype=torch.int64, device=dev)
+        dst = torch.tensor([base + 256 + (rows + i) * stride for i in range(rows)], dtype=torch.int64, device=dev)
+        sizes = torch.full((rows,), size, dtype=torch.int64, device=dev)
+        spans = [(256 + i * stride, 256 + (rows + i) * stride) for i in range(rows)]
+        return arena, src, dst, sizes, spans
+
+    def copied_right(arena, spans, size):
+        return all(torch.equal(arena[s:s + size], arena[d:d + size]) for s, d in spans[:: max(1, len(spans) // 16)])
+
+    # ------------------------------------------------------------------ copy sweep
+    best_copy = {}
+    out("## batch copy alone, region to region (% of copy_)")
+    out()
+    out("| rows x size | split_block | num_warps | parts per row at most | us | % of copy_ |")
+    out("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for rows, size in ((64, 4 * MiB), (256, 1 * MiB)):
+        try:
+            arena, src, dst, sizes, spans = region(rows, size)
+        except Exception as exc:  # noqa: BLE001
+            out(f"| {rows} x {size // MiB} MiB | error {type(exc).__name__}: {exc} |")
+            continue
+        results = []
+        for sb in (8192, 16384, 32768):
+            for w in (4, 8):
+                for parts in (None, 8, 16, 32, 64):
+                    label = f"{bm.parts_cap(rows)} (default)" if parts is None else str(parts)
+                    try:
+                        arena[spans[0][1]:].zero_()
+                        fn = (lambda sb=sb, w=w, parts=parts:
+                              bm.batch_memcpy(src, dst, sizes, split_block=sb, num_warps=w, parts=parts))
+                        fn()
+                        torch.cuda.synchronize()
+                        if not copied_right(arena, spans, size):
+                            out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {label} | WRONG BYTES | |")
+                            continue
+                        us = us_of(fn)
+                    except Exception as exc:  # noqa: BLE001
+                        out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {label} | error {type(exc).__name__} | |")
+                        continue
+                    pct = 2 * rows * size / (us * 1e-6) / ref_bw
+                    results.append((pct, sb, w, parts))
+                    out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {label} | {us:.1f} | {pct:.0%} |")
+        if results:
+            best_copy[rows] = max(results)
+        del arena
+        torch.cuda.empty_cache()
+    out()
+    for rows, (pct, sb, w, parts) in best_copy.items():
+        out(f"- best for {rows} rows: split_block {sb}, num_warps {w}, parts {parts or 'default'}: {pct:.0%}")
+    out()
+
+    # ------------------------------------------------------------------ short batches: the grid's cost
+    out("## short batches: default grid (parts_cap) against 32 parts for every row (the previous grid)")
+    out()
+    out("| batch | default grid us | 32 parts us | ratio |")
+    out("| --- | ---: | ---: | ---: |")
+    for rows, size in ((4096, 1024), (128, 32 * 1024), (1, 4096)):
+        try:
+            arena, src, dst, sizes, spans = region(rows, size, gap=64)
+            a = lambda: bm.batch_memcpy(src, dst, sizes)  # noqa: E731
+            b = lambda: bm.batch_memcpy(src, dst, sizes, parts=32)  # noqa: E731
+            ua, ub = [], []
+            for _ in range(5):  # alternately
+                ua.append(us_of(a))
+                ub.append(us_of(b))
+            ua, ub = sorted(ua)[2], sorted(ub)[2]
+            out(f"| {rows} x {size} B | {ua:.1f} | {ub:.1f} | {ub / ua:.1f}x |")
+        except Exception as exc:  # noqa: BLE001
+            out(f"| {rows} x {size} B | error {type(exc).__name__}: {exc} | | |")
+    out()
+
+    # ------------------------------------------------------------------ judge sweep
+    best_judge = None
+    out("## chunk judge alone: 256 MiB of changed chunks in a 512 MiB arena (read GB/s)")
+    out()
+    out("| judge | words per chunk | num_warps | us | read GB/s | % of copy_ traffic rate |")
+    out("| --- | ---: | ---: | ---: | ---: | ---: |")
+    half = 256 * MiB
+    try:
+        snapshot = torch.randint(0, 256, (2 * half,), dtype=torch.uint8, device=dev)
+        expected = snapshot.clone()
+        expected[half:] = snapshot[:half]
+        arena = expected.clone()
+        for words in (512, 1024, 2048, 4096):
+            chunk = 8 * words
+            n_chunks = 2 * half // chunk
+            order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
+            sums = torch.empty(n_chunks // 2, dtype=torch.int64, device=dev)
+            for mix in (0, 1):
+                for w in (4, 8):
+                    fn = (lambda words=words, mix=mix, w=w: read_sum[(n_chunks // 2,)](
+                        arena, order, sums, WORDS=words, MIX=mix, num_warps=w, num_stages=1))
+                    us = us_of(fn)
+                    out(f"| ceiling: {'mixed' if mix else 'plain'} sum | {words} | {w} | {us:.1f} | "
+                        f"{half / us / 1e3:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
+            for w in (2, 4, 8):
+                cc = check.ChunkCheck(arena, expected, snapshot, order, n_chunks // 2, 0, full_every=1 << 30,
+                                      words=words, num_warps=w)
+                counter = torch.zeros(4, dtype=torch.int64, device=dev)
+                fn = lambda cc=cc, counter=counter: cc(counter, 0)  # noqa: E731
+                us = us_of(fn)
+                ok = int(counter.sum()) == 0
+                gbs = half / us / 1e3
+                if ok and (best_judge is None or gbs > best_judge[0]):
+                    best_judge = (gbs, words, w)
+                out(f"| ChunkCheck{'' if ok else ' (COUNTED BYTES ON A CORRECT ARENA)'} | {words} | {w} | "
+                    f"{us:.1f} | {gbs:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
+        x = arena[half:].view(torch.int64)
+        us = us_of(lambda: x.sum())
+        out(f"| ceiling: torch sum (int64) | | | {us:.1f} | {half / us / 1e3:.0f} | "
+            f"{half / (us * 1e-6) / ref_bw:.0%} |")
+        # the judge still sees a wrong byte (and restores the whole arena after it)
+        if best_judge:
+            _, words, w = best_judge
+            chunk = 8 * words
+            n_chunks = 2 * half // chunk
+            order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
+            cc = check.ChunkCheck(arena, expected, snapshot, order, n_chunks // 2, 0, full_every=1 << 30,
+                                  words=words, num_warps=w)
+            counter = torch.zeros(2, dtype=torch.int64, device=dev)
+            arena[half + 12345] ^= 1
+            cc(counter, 0)
+            torch.cuda.synchronize()
+            out()
+            out(f"- best judge (words {words}, num_warps {w}): one flipped byte counted {int(counter[0])} "
+                f"(expect 1); arena restored to the snapshot: {torch.equal(arena, snapshot)}")
+        del snapshot, expected, arena
+        torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001
+        out("```")
+        out(traceback.format_exc())
+        out("```")
+    out()
+
+    # ------------------------------------------------------------------ together
+    out("## together: target + judge per repetition, as gpu_reps.run_reps runs a large idempotent case")
+    out()
+    out("| case | copy (split_block, warps, parts) | judge (words, warps) | us per repetition | useful % of copy_ |")
+    out("| --- | --- | --- | ---: | ---: |")
+    n = args.together_reps
+    for rows, size in ((64, 4 * MiB), (256, 1 * MiB)):
+        try:
+            arena, src, dst, sizes, spans = region(rows, size)
+            snapshot = arena.clone()
+            bm.batch_memcpy(src, dst, sizes)
+            torch.cuda.synchronize()
+            expected = arena.clone()
+            changed = torch.ne(expected, snapshot)
+            copies = [("default", dict())]
+            if rows in best_copy:
+                _, sb, w, parts = best_copy[rows]
+                copies.append((f"{sb}, {w}, {parts or 'default'}", dict(split_block=sb, num_warps=w, parts=parts)))
+            judges = [(f"{check.CHUNK_WORDS}, 4 (default)", check.CHUNK_WORDS, 4)]
+            if best_judge:
+                judges.append((f"{best_judge[1]}, {best_judge[2]}", best_judge[1], best_judge[2]))
+            for jlabel, words, w in judges:
+                chunk = 8 * words
+                n_chunks = -(-arena.numel() // chunk)
+                pad = torch.zeros(n_chunks * chunk, dtype=torch.bool, device=dev)
+                pad[:arena.numel()] = changed
+                hot = pad.view(n_chunks, chunk).any(dim=1)
+                order = torch.cat([torch.nonzero(hot).flatten(), torch.nonzero(~hot).flatten()])
+                cc = check.ChunkCheck(arena, expected, snapshot, order, int(hot.sum()), 0,
+                                      full_every=gpu_reps.FULL_EVERY, words=words, num_warps=w)
+                for clabel, kw in copies:
+                    counter = torch.zeros(n, dtype=torch.int64, device=dev)
+
+                    def reps(kw=kw, cc=cc, counter=counter):
+                        arena.copy_(snapshot)
+                        for i in range(n):
+                            bm.batch_memcpy(src, dst, sizes, **kw)
+                            cc(counter, i, last_slot=n - 1)
+                    reps()
+                    torch.cuda.synchronize()
+                    fails = int(torch.count_nonzero(counter))
+                    us = median_us(reps, reps=1, samples=args.samples) / n
+                    useful = 2 * rows * size / (us * 1e-6) / ref_bw
+                    out(f"| {rows} x {size // MiB} MiB | {clabel} | {jlabel} | {us:.1f} | **{useful:.0%}**"
+                        f"{'' if fails == 0 else f' ({fails} FAILING REPETITIONS)'} |")
+            del arena, snapshot, expected, changed
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            out("```")
+            out(traceback.format_exc())
+            out("```")
+    out()
+    out(f"_written {time.strftime('%Y-%m-%d %H:%M:%S')}_")
+    out.write(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
