@@ -39,20 +39,24 @@ the interpreter (``while`` loops only, see ``kernels.copy``).
 
 Chunked judge (``ChunkCheck``, large dense arenas): the arena is cut into
 chunks of ``CHUNK_WORDS`` u64 words; ``order`` lists every chunk, the
-``n_check`` chunks a correct target changes first.  A repetition reads only
-those: each program sums its chunk's words (position-keyed, ``_chunk_sum``)
-and compares the sum with the expectation's, precomputed once; only a chunk
-whose sum differs reads the expectation to count its differing bytes exactly.
-The first ``n_restore`` of them are then restored from the snapshot (the
-chunks the next repetition reads back).  Every ``full_every``-th repetition
-and the last one (``last_slot``) judge every chunk (the programs walk the
-others grid-strided), so a stray write outside the changed chunks is counted
-within ``full_every`` repetitions.  A second launch (``STRIDE_PROGRAMS``
-programs, which exit at once after a passing repetition) restores the whole
-arena after a repetition that failed, judging first the chunks this
-repetition had not judged.  No chunk sum is ever trusted to
-say "equal" for bytes it did not read: only unequal sums lead to a count, and
-an undetected difference needs a 64-bit collision of a bijectively mixed sum.
+``n_check`` chunks a correct target changes first.  A repetition's first
+launch (``_check_chunks``, a program per changed chunk) reads only those: each
+program sums its chunk's words (position-keyed, ``_chunk_sum``) and compares
+the sum with the expectation's, precomputed once; only a chunk whose sum
+differs is read again with the expectation to count its differing bytes
+exactly.  A chunk is then restored from the snapshot if it differs, or if it
+is among the first ``n_restore`` (the chunks the next repetition reads back).
+The second launch (``_walk_chunks``, ``STRIDE_PROGRAMS`` programs that exit at
+once after a passing repetition that is not full) walks the other chunks,
+grid-strided, in every ``full_every``-th repetition, the last one
+(``last_slot``) and any failing one: it counts what differs there and restores
+exactly that, so a stray write outside the changed chunks is counted within
+``full_every`` repetitions and never outlives a failing one.  Splitting the
+walk off keeps the every-repetition kernel at few registers, hence at full
+occupancy (the read bandwidth ``bench/tune_large.py`` measures).  No chunk sum
+is ever trusted to say "equal" for bytes it did not read: only unequal sums
+lead to a count, and an undetected difference needs a 64-bit collision of a
+bijectively mixed sum.
 """
 import torch
 import triton
@@ -62,6 +66,7 @@ WORDS = 1024        # u64 words per program (8 KiB) in the aligned dense path
 BYTES = 4096        # bytes per program in the byte-wise paths
 AUX_BLOCK = 256     # bytes per step of the auxiliary program
 CHUNK_WORDS = 1024  # u64 words per chunk (8 KiB) of the chunked judge
+SUB_WORDS = tl.constexpr(256)  # u64 words per step of a chunk's rare paths (count, restore)
 STRIDE_PROGRAMS = 1024  # programs that walk the chunks not judged every repetition (grid-strided)
 
 
@@ -210,10 +215,48 @@ def _at(p64, widx, ALIGNED16: tl.constexpr):
 
 
 @triton.jit
+def _count_or_copy(a64, b64, w0, limit, WORDS: tl.constexpr, COUNT: tl.constexpr, MASKED: tl.constexpr,
+                   ALIGNED16: tl.constexpr):
+    """Over the ``WORDS`` words from ``w0`` (below ``limit`` if MASKED): the bytes where ``a64``
+    and ``b64`` differ (COUNT), or ``b64`` stored over ``a64``.  In steps of at most
+    ``SUB_WORDS``, so the few registers the judge's sum needs also bound these rare paths
+    (registers set the judge's occupancy, hence its read bandwidth)."""
+    if WORDS > SUB_WORDS:
+        return _count_or_copy_steps(a64, b64, w0, limit, WORDS, SUB_WORDS, COUNT, MASKED, ALIGNED16)
+    else:
+        return _count_or_copy_steps(a64, b64, w0, limit, WORDS, WORDS, COUNT, MASKED, ALIGNED16)
+
+
+@triton.jit
+def _count_or_copy_steps(a64, b64, w0, limit, WORDS: tl.constexpr, STEP: tl.constexpr, COUNT: tl.constexpr,
+                         MASKED: tl.constexpr, ALIGNED16: tl.constexpr):
+    lanes = tl.arange(0, STEP).to(tl.int64)
+    total = (w0 * 0).to(tl.int32)
+    j = w0 * 0
+    while j < WORDS:
+        widx = w0 + j + lanes
+        if MASKED:
+            m = widx < limit
+            b = tl.load(b64 + widx, mask=m, other=0)
+            if COUNT:
+                total += tl.sum(_bytes_differing_u64(tl.load(a64 + widx, mask=m, other=0) ^ b))
+            else:
+                tl.store(a64 + widx, b, mask=m)
+        else:
+            b = tl.load(_at(b64, widx, ALIGNED16))
+            if COUNT:
+                total += tl.sum(_bytes_differing_u64(tl.load(_at(a64, widx, ALIGNED16)) ^ b))
+            else:
+                tl.store(_at(a64, widx, ALIGNED16), b)
+        j += STEP
+    return total
+
+
+@triton.jit
 def _judge_chunk(arena, expected, snapshot, sums, c, n, restore, WORDS: tl.constexpr,
                  ALIGNED16: tl.constexpr):
-    """Differing bytes of chunk ``c`` (read only when its sum differs); then, if ``restore``,
-    the snapshot stored over it."""
+    """Differing bytes of chunk ``c`` (read only when its sum differs); then the snapshot stored
+    over it if ``restore`` or if it differs."""
     n = n.to(tl.int64)
     n_words = n // 8
     last = (n - 1) // (WORDS * 8)
@@ -224,46 +267,24 @@ def _judge_chunk(arena, expected, snapshot, sums, c, n, restore, WORDS: tl.const
     want = tl.load(sums.to(tl.pointer_type(tl.uint64)) + c)
     total = (c * 0).to(tl.int32)
     if c < last:  # a whole chunk: no mask
-        a = tl.load(_at(a64, widx, ALIGNED16))
-        if _chunk_sum(a, widx, widx >= 0) != want:
-            e = tl.load(_at(e64, widx, ALIGNED16))
-            total += tl.sum(_bytes_differing_u64(a ^ e))
-        if restore:
-            tl.store(_at(a64, widx, ALIGNED16), tl.load(_at(s64, widx, ALIGNED16)))
+        differs = _chunk_sum(tl.load(_at(a64, widx, ALIGNED16)), widx, widx >= 0) != want
+        if differs:  # rare: read the chunk again rather than hold it in registers through the sum
+            total += _count_or_copy(a64, e64, c * WORDS, n_words, WORDS, True, False, ALIGNED16)
+        if restore | (total != 0):
+            _count_or_copy(a64, s64, c * WORDS, n_words, WORDS, False, False, ALIGNED16)
     else:  # the last chunk: its remaining words and the byte tail (compared directly)
         m = widx < n_words
-        a = tl.load(a64 + widx, mask=m, other=0)
-        if _chunk_sum(a, widx, m) != want:
-            e = tl.load(e64 + widx, mask=m, other=0)
-            total += tl.sum(_bytes_differing_u64(a ^ e))
+        if _chunk_sum(tl.load(a64 + widx, mask=m, other=0), widx, m) != want:
+            total += _count_or_copy(a64, e64, c * WORDS, n_words, WORDS, True, True, ALIGNED16)
         toffs = n_words * 8 + tl.arange(0, 8).to(tl.int64)
         mt = toffs < n
         ta = tl.load(arena + toffs, mask=mt, other=0)
         te = tl.load(expected + toffs, mask=mt, other=0)
         total += tl.sum(((ta != te) & mt).to(tl.int32))
-        if restore:
-            tl.store(a64 + widx, tl.load(s64 + widx, mask=m, other=0), mask=m)
+        if restore | (total != 0):
+            _count_or_copy(a64, s64, c * WORDS, n_words, WORDS, False, True, ALIGNED16)
             tl.store(arena + toffs, tl.load(snapshot + toffs, mask=mt, other=0), mask=mt)
     return total
-
-
-@triton.jit
-def _copy_chunk(arena, snapshot, c, n, WORDS: tl.constexpr, ALIGNED16: tl.constexpr):
-    """Store the snapshot over chunk ``c``."""
-    n = n.to(tl.int64)
-    n_words = n // 8
-    last = (n - 1) // (WORDS * 8)
-    widx = c * WORDS + tl.arange(0, WORDS).to(tl.int64)
-    a64 = arena.to(tl.pointer_type(tl.uint64))
-    s64 = snapshot.to(tl.pointer_type(tl.uint64))
-    if c < last:
-        tl.store(_at(a64, widx, ALIGNED16), tl.load(_at(s64, widx, ALIGNED16)))
-    else:
-        m = widx < n_words
-        tl.store(a64 + widx, tl.load(s64 + widx, mask=m, other=0), mask=m)
-        toffs = n_words * 8 + tl.arange(0, 8).to(tl.int64)
-        mt = toffs < n
-        tl.store(arena + toffs, tl.load(snapshot + toffs, mask=mt, other=0), mask=mt)
 
 
 @triton.jit
@@ -271,57 +292,48 @@ def _is_full(idx, full_every, last_slot):
     return ((idx + 1) % full_every == 0) | (idx == last_slot)
 
 
-@triton.jit(do_not_specialize=["slot", "n", "n_chunks", "n_check", "n_restore", "full_every", "last_slot",
-                               "n_aux"])
-def _check_chunks(arena, expected, snapshot, sums, order, counter, slot_base, slot, n, n_chunks,
-                  n_check, n_restore, full_every, last_slot, aux, aux_expected, aux_snapshot, n_aux,
+@triton.jit(do_not_specialize=["slot", "n", "n_check", "n_restore", "n_aux"])
+def _check_chunks(arena, expected, snapshot, sums, order, counter, slot_base, slot, n, n_check, n_restore,
+                  aux, aux_expected, aux_snapshot, n_aux,
                   WORDS: tl.constexpr, AUX_BLOCK: tl.constexpr, HAS_BASE: tl.constexpr,
                   HAS_AUX: tl.constexpr, ALIGNED16: tl.constexpr):
-    """One repetition's judge.  Program p < n_check judges chunk ``order[p]`` (restoring it when
-    p < n_restore); in a full repetition the programs also walk the other chunks, grid-strided.
-    With HAS_AUX the last program judges and restores the aux buffer."""
+    """One repetition's judge of the changed chunks: program p < n_check judges chunk ``order[p]``
+    (restoring it when p < n_restore, or when it differs).  With HAS_AUX the last program judges
+    and restores the aux buffer.  Nothing else here: this kernel's registers bound its occupancy,
+    and occupancy bounds its read bandwidth (the walk over the other chunks is ``_walk_chunks``)."""
     p = tl.program_id(0).to(tl.int64)
     if HAS_AUX:
         grid = tl.num_programs(0) - 1
     else:
         grid = tl.num_programs(0)
-    idx = _slot_index(slot_base, slot, HAS_BASE)
     total = (p * 0).to(tl.int32)
     if p >= grid:
         total += _check_aux(aux, aux_expected, aux_snapshot, n_aux, AUX_BLOCK)
-    else:
-        if p < n_check:
-            total += _judge_chunk(arena, expected, snapshot, sums, tl.load(order + p), n, p < n_restore, WORDS,
-                                   ALIGNED16)
-        if _is_full(idx, full_every, last_slot):
-            q = n_check + p
-            while q < n_chunks:
-                total += _judge_chunk(arena, expected, snapshot, sums, tl.load(order + q), n, q < 0, WORDS,
-                                      ALIGNED16)
-                q += grid
+    elif p < n_check:
+        total += _judge_chunk(arena, expected, snapshot, sums, tl.load(order + p), n, p < n_restore, WORDS,
+                              ALIGNED16)
     if total != 0:
-        tl.atomic_add(counter + idx, total.to(tl.int64))
+        tl.atomic_add(counter + _slot_index(slot_base, slot, HAS_BASE), total.to(tl.int64))
 
 
 @triton.jit(do_not_specialize=["slot", "n", "n_chunks", "n_check", "full_every", "last_slot"])
-def _restore_chunks_if_failed(arena, expected, snapshot, sums, order, counter, slot_base, slot, n, n_chunks,
-                              n_check, full_every, last_slot,
-                              WORDS: tl.constexpr, HAS_BASE: tl.constexpr, ALIGNED16: tl.constexpr):
-    """After a failing repetition (``counter[slot] != 0``): judge the chunks it had not judged,
-    then store the snapshot over every chunk (grid-strided).  A passing one: every program exits."""
+def _walk_chunks(arena, expected, snapshot, sums, order, counter, slot_base, slot, n, n_chunks,
+                 n_check, full_every, last_slot,
+                 WORDS: tl.constexpr, HAS_BASE: tl.constexpr, ALIGNED16: tl.constexpr):
+    """After ``_check_chunks``: in a full repetition (``_is_full``) or a failing one
+    (``counter[slot] != 0``), judge every chunk it did not, grid-strided, and store the snapshot
+    over each that differs.  Otherwise every program exits at once.  Those chunks are ones a
+    correct target leaves alone, so "differs from the expectation" is "differs from the
+    snapshot": afterwards the arena is as a passing repetition leaves it."""
     p = tl.program_id(0).to(tl.int64)
     grid = tl.num_programs(0)
     idx = _slot_index(slot_base, slot, HAS_BASE)
-    if tl.load(counter + idx) != 0:
-        full = _is_full(idx, full_every, last_slot)
+    if (tl.load(counter + idx) != 0) | _is_full(idx, full_every, last_slot):
         total = (p * 0).to(tl.int32)
-        q = p
+        q = n_check + p
         while q < n_chunks:
-            c = tl.load(order + q)
-            if (q < n_check) | full:
-                _copy_chunk(arena, snapshot, c, n, WORDS, ALIGNED16)
-            else:
-                total += _judge_chunk(arena, expected, snapshot, sums, c, n, q >= 0, WORDS, ALIGNED16)
+            total += _judge_chunk(arena, expected, snapshot, sums, tl.load(order + q), n, q < 0, WORDS,
+                                  ALIGNED16)
             q += grid
         if total != 0:
             tl.atomic_add(counter + idx, total.to(tl.int64))
@@ -434,9 +446,11 @@ class ChunkCheck:
     ``order`` (int64, every chunk id exactly once) lists the chunks judged every
     repetition first (``n_check`` of them), of which the first ``n_restore`` are
     restored every repetition.  ``check(counter, slot, slot_base=None,
-    last_slot=-1)``: judge (every chunk when the repetition's absolute slot + 1
-    is a multiple of ``full_every`` or equals ``last_slot`` + 1), then restore
-    everything if the repetition failed.  The three buffers must be 8-byte aligned.
+    last_slot=-1)``: judge the changed chunks; when the repetition failed, or its
+    absolute slot + 1 is a multiple of ``full_every`` or equals ``last_slot`` + 1,
+    judge every other chunk too.  Any chunk that differs is restored, so after a
+    failing repetition the arena is as a passing one leaves it.  The three
+    buffers must be 8-byte aligned.
     """
 
     def __init__(self, arena, expected, snapshot, order, n_check, n_restore, *, full_every,
@@ -479,11 +493,11 @@ class ChunkCheck:
         self._aux = (aux, aux_expected, aux_snapshot, n_aux)
         self._has_aux = has_aux
         self._num_warps = num_warps
-        # a program per chunk judged every repetition; at least min(chunks, stride_programs) to walk the
-        # others in a full repetition, and as many to restore after a failing one
+        # a program per changed chunk; the walk over the others (full or failing repetitions) is
+        # grid-strided over at most stride_programs programs
         stride_programs = int(stride_programs or STRIDE_PROGRAMS)
-        self._grid = max(self.n_check, min(n_chunks, stride_programs))
-        self._restore_grid = min(n_chunks, stride_programs)
+        self._grid = max(self.n_check, 1)
+        self._walk_grid = min(n_chunks, stride_programs)
         self.sums = torch.empty(n_chunks, dtype=torch.int64, device=dev)
         _sum_chunks[(n_chunks,)](expected, self.sums, n, WORDS=words, num_warps=num_warps, num_stages=1)
 
@@ -497,9 +511,9 @@ class ChunkCheck:
                       num_warps=self._num_warps, num_stages=1)
         _check_chunks[(self._grid + (1 if self._has_aux else 0),)](
             self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
-            self.n_chunks, self.n_check, self.n_restore, self.full_every, last_slot, aux, aux_e, aux_s, n_aux,
-            AUX_BLOCK=AUX_BLOCK, HAS_AUX=self._has_aux, **common)
-        _restore_chunks_if_failed[(self._restore_grid,)](
+            self.n_check, self.n_restore, aux, aux_e, aux_s, n_aux, AUX_BLOCK=AUX_BLOCK,
+            HAS_AUX=self._has_aux, **common)
+        _walk_chunks[(self._walk_grid,)](
             self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
             self.n_chunks, self.n_check, self.full_every, last_slot, **common)
 

@@ -444,24 +444,33 @@ def test_chunk_check_counts_judges_and_restores_as_planned(device, stride):
     rng = np.random.default_rng(1)
     n = CB * 10 + 5                                   # 11 chunks, the last one 5 bytes (a byte tail)
     exp = rng.integers(0, 256, n, dtype=np.uint8)
-    snap = rng.integers(0, 256, n, dtype=np.uint8)
+    snap = exp.copy()                                 # a correct target changes chunks 3 and 10 only
+    snap[3 * CB:4 * CB] = rng.integers(0, 256, CB, dtype=np.uint8)
+    snap[10 * CB:] = rng.integers(0, 256, n - 10 * CB, dtype=np.uint8)
+    c10 = np.s_[10 * CB:]
+
+    def holding(snap_chunks):
+        """exp, with the snapshot in the chunks given."""
+        want = exp.copy()
+        for c in snap_chunks:
+            want[c * CB:(c + 1) * CB] = snap[c * CB:(c + 1) * CB]
+        return want
+
     arena = torch.from_numpy(exp.copy()).to(device)
     order = [3, 10, 0, 1, 2, 4, 5, 6, 7, 8, 9]       # chunks 3 and 10 judged every repetition, 3 restored
     chk = ChunkCheck(arena, torch.from_numpy(exp).to(device), torch.from_numpy(snap).to(device), order, 2, 1,
                      full_every=4, words=W, stride_programs=stride)
     counter = torch.zeros(8, dtype=torch.int64, device=device)
     chk(counter, 0)                                   # all equal: nothing counted, chunk 3 restored only
-    got = arena.cpu().numpy()
     assert counter.tolist() == [0] * 8
-    assert np.array_equal(got[3 * CB:4 * CB], snap[3 * CB:4 * CB])
-    assert np.array_equal(np.delete(got, np.s_[3 * CB:4 * CB]), np.delete(exp, np.s_[3 * CB:4 * CB]))
+    assert np.array_equal(arena.cpu().numpy(), holding([3]))
     bad = exp.copy()
     bad[3 * CB + 4] ^= 1                              # judged chunk
     bad[n - 2] ^= 0x80                                # the byte tail (chunk 10, judged)
     bad[5] ^= 7                                       # chunk 0: not judged this repetition ...
     arena.copy_(torch.from_numpy(bad).to(device))
     chk(counter, 1)                                   # ... until the repetition fails: then it is judged too
-    assert counter[1].item() == 3 and np.array_equal(arena.cpu().numpy(), snap)  # everything restored
+    assert counter[1].item() == 3 and np.array_equal(arena.cpu().numpy(), snap)  # every bad chunk restored
     arena.copy_(torch.from_numpy(exp).to(device))
     arena[5] ^= 7                                     # a stray byte in an unjudged chunk
     chk(counter, 2)
@@ -469,12 +478,38 @@ def test_chunk_check_counts_judges_and_restores_as_planned(device, stride):
     assert arena[5].item() == exp[5] ^ 7
     arena[3 * CB:4 * CB] = torch.from_numpy(exp[3 * CB:4 * CB]).to(device)
     chk(counter, 3)                                   # slot 3: (3 + 1) % 4 == 0, a full repetition
-    assert counter[3].item() == 1 and np.array_equal(arena.cpu().numpy(), snap)
+    got = arena.cpu().numpy()                         # the stray counted and restored; chunk 10 passed
+    assert counter[3].item() == 1 and np.array_equal(got, holding([3])) and np.array_equal(got[c10], exp[c10])
     arena.copy_(torch.from_numpy(exp).to(device))
     arena[5] ^= 7
     base = torch.tensor([4], dtype=torch.int64, device=device)
     chk(counter, 1, base, last_slot=5)                # slot 1 + 4 = 5 = the last slot: full
-    assert counter[5].item() == 1
+    assert counter[5].item() == 1 and np.array_equal(arena.cpu().numpy(), holding([3]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_chunk_check_counts_and_restores_chunks_longer_than_one_step(device):
+    """Chunks of the default size are counted and restored in several steps (check.SUB_WORDS)."""
+    from mambafuzz.kernels.check import CHUNK_WORDS, SUB_WORDS
+    cb = 8 * CHUNK_WORDS
+    assert CHUNK_WORDS >= 2 * SUB_WORDS
+    rng = np.random.default_rng(2)
+    n = 3 * cb + 5
+    exp = rng.integers(0, 256, n, dtype=np.uint8)
+    snap = exp.copy()
+    snap[cb:2 * cb] = rng.integers(0, 256, cb, dtype=np.uint8)        # chunk 1 changes
+    arena = torch.from_numpy(exp.copy()).to(device)
+    chk = ChunkCheck(arena, torch.from_numpy(exp).to(device), torch.from_numpy(snap).to(device), [1, 0, 2, 3],
+                     1, 1, full_every=1 << 20)
+    counter = torch.zeros(2, dtype=torch.int64, device=device)
+    chk(counter, 0)                                                    # passes; chunk 1 restored in steps
+    assert counter[0].item() == 0 and np.array_equal(arena.cpu().numpy(), snap)
+    bad = exp.copy()
+    for off in (3, 8 * SUB_WORDS + 1, cb - 1):                          # first, second and last step
+        bad[cb + off] ^= 0x10
+    arena.copy_(torch.from_numpy(bad).to(device))
+    chk(counter, 1)
+    assert counter[1].item() == 3 and np.array_equal(arena.cpu().numpy(), snap)
 
 
 def test_chunk_check_rejects_bad_plans():

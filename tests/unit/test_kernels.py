@@ -908,14 +908,14 @@ def test_registry_import_does_not_import_mambafuzz():
 _COMPILE_CODE = r'''
 for v in (None,) + BM_FLAGS:
     comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, "SPLIT_BLOCK": 16384, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
-from mambafuzz.kernels.check import _check_chunks, _restore_chunks_if_failed, _sum_chunks
+from mambafuzz.kernels.check import _check_chunks, _walk_chunks, _sum_chunks
 CHK = {"arena": "*u8", "expected": "*u8", "snapshot": "*u8", "sums": "*i64", "order": "*i64",
-       "counter": "*i64", "slot_base": "*i64", "slot": "i32", "n": "i64", "n_chunks": "i64", "n_check": "i32"}
+       "counter": "*i64", "slot_base": "*i64", "slot": "i32", "n": "i64", "n_check": "i32"}
 for aux, base in ((False, False), (True, True)):
-    comp(_check_chunks, {**CHK, "n_restore": "i32", "full_every": "i32", "last_slot": "i32", "aux": "*u8",
-                         "aux_expected": "*u8", "aux_snapshot": "*u8", "n_aux": "i32"},
+    comp(_check_chunks, {**CHK, "n_restore": "i32", "aux": "*u8", "aux_expected": "*u8", "aux_snapshot": "*u8",
+                         "n_aux": "i32"},
          {"WORDS": 1024, "AUX_BLOCK": 256, "HAS_BASE": base, "HAS_AUX": aux, "ALIGNED16": aux})
-    comp(_restore_chunks_if_failed, {**CHK, "full_every": "i32", "last_slot": "i32"},
+    comp(_walk_chunks, {**CHK, "n_chunks": "i64", "full_every": "i32", "last_slot": "i32"},
          {"WORDS": 1024, "HAS_BASE": base, "ALIGNED16": base})
 comp(_sum_chunks, {"buf": "*u8", "sums": "*i64", "n": "i64"}, {"WORDS": 1024})
 for v in (None,) + FLAG_NAMES:
