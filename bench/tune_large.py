@@ -205,9 +205,11 @@ def main(argv=None) -> int:
             arena[half + 12345] ^= 1
             cc(counter, 0)
             torch.cuda.synchronize()
+            c = (half + 12345) // chunk
             out()
             out(f"- best judge (words {words}, num_warps {w}): one flipped byte counted {int(counter[0])} "
-                f"(expect 1); arena restored to the snapshot: {torch.equal(arena, snapshot)}")
+                f"(expect 1); its chunk restored to the snapshot: "
+                f"{torch.equal(arena[c * chunk:(c + 1) * chunk], snapshot[c * chunk:(c + 1) * chunk])}")
         del snapshot, expected, arena
         torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001
@@ -262,6 +264,43 @@ def main(argv=None) -> int:
                     out(f"| {rows} x {size // MiB} MiB | {clabel} | {jlabel} | {us:.1f} | **{useful:.0%}**"
                         f"{'' if fails == 0 else f' ({fails} FAILING REPETITIONS)'} |")
             del arena, snapshot, expected, changed
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            out("```")
+            out(traceback.format_exc())
+            out("```")
+    out()
+    out("Breakdown of one repetition (us): the copy alone, the judge's two launches alone (a passing, "
+        "partial repetition), the walk launch alone (exits at once), and the start's restore (once per "
+        f"{n} repetitions).")
+    out()
+    out("| case | copy | judge | walk only | restore of the whole arena |")
+    out("| --- | ---: | ---: | ---: | ---: |")
+    for rows, size in ((64, 4 * MiB),):
+        try:
+            arena, src, dst, sizes, spans = region(rows, size)
+            snapshot = arena.clone()
+            bm.batch_memcpy(src, dst, sizes)
+            expected = arena.clone()
+            words = best_judge[1] if best_judge else check.CHUNK_WORDS
+            w = best_judge[2] if best_judge else 4
+            chunk = 8 * words
+            n_chunks = -(-arena.numel() // chunk)
+            hot = torch.zeros(n_chunks, dtype=torch.bool, device=dev)
+            hot[spans[0][1] // chunk:(spans[-1][1] + size - 1) // chunk + 1] = True
+            order = torch.cat([torch.nonzero(hot).flatten(), torch.nonzero(~hot).flatten()])
+            cc = check.ChunkCheck(arena, expected, snapshot, order, int(hot.sum()), 0,
+                                  full_every=1 << 30, words=words, num_warps=w)
+            counter = torch.zeros(1, dtype=torch.int64, device=dev)
+            kw = dict(split_block=best_copy[rows][1], num_warps=best_copy[rows][2],
+                      parts=best_copy[rows][3]) if rows in best_copy else {}
+            walk = (lambda: check._walk_chunks[(cc._walk_grid,)](
+                arena, expected, snapshot, cc.sums, cc.order, counter, counter, 0, cc.n, cc.n_chunks, cc.n_check,
+                1 << 30, -1, WORDS=words, HAS_BASE=False, ALIGNED16=True, num_warps=w, num_stages=1))
+            t = [us_of(lambda: bm.batch_memcpy(src, dst, sizes, **kw)), us_of(lambda: cc(counter, 0)), us_of(walk),
+                 us_of(lambda: arena.copy_(snapshot))]
+            out(f"| {rows} x {size // MiB} MiB | " + " | ".join(f"{x:.1f}" for x in t) + " |")
+            del arena, snapshot, expected
             torch.cuda.empty_cache()
         except Exception:  # noqa: BLE001
             out("```")

@@ -132,7 +132,7 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, S
                 _copy_disjoint(src + lo, dst + lo, hi - lo, SPLIT_BLOCK, DELAY_POS=DELAY_POS,
                                DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
             else:
-                _move_span(src + lo, dst + lo, hi - lo, SPLIT_BLOCK,
+                _move_span(src + lo, dst + lo, hi - lo, BLOCK,
                            NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
                            DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
                            DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
