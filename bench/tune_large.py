@@ -133,6 +133,40 @@ def main(argv=None) -> int:
         out(f"- best for {rows} rows: split_block {sb}, num_warps {w}, parts {parts or 'default'}: {pct:.0%}")
     out()
 
+    # ------------------------------------------------------------------ copy ceilings
+    out("## copy ceilings: 256 MiB from one region to another (% of the 1 GiB copy_)")
+    out()
+    out("| copy | us | % of copy_ |")
+    out("| --- | ---: | ---: |")
+    try:
+        from _tune_kernels import flat_copy
+        a = torch.randint(0, 256, (256 * MiB,), dtype=torch.uint8, device=dev)
+        b = torch.empty_like(a)
+        us = us_of(lambda: b.copy_(a))
+        out(f"| torch copy_ of 256 MiB | {us:.1f} | {2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
+        for bw in (512, 1024, 2048):
+            for unroll in (1, 2, 4):
+                for evict in (False, True):
+                    for w in (4, 8):
+                        grid = (256 * MiB // 8 // (bw * unroll),)
+                        fn = (lambda bw=bw, unroll=unroll, evict=evict, w=w, grid=grid: flat_copy[grid](
+                            a, b, 256 * MiB // 8, BLOCK_WORDS=bw, UNROLL=unroll, EVICT=evict, num_warps=w,
+                            num_stages=1))
+                        b.zero_()
+                        fn()
+                        ok = torch.equal(a, b)
+                        us = us_of(fn)
+                        out(f"| Triton flat copy: {bw * 8} B x {unroll} per program, {w} warps"
+                            f"{', evict-first loads' if evict else ''}{'' if ok else ' WRONG BYTES'} | {us:.1f} | "
+                            f"{2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
+        del a, b
+        torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001
+        out("```")
+        out(traceback.format_exc())
+        out("```")
+    out()
+
     # ------------------------------------------------------------------ short batches: the grid's cost
     out("## short batches: default grid (parts_cap) against 32 parts for every row (the previous grid)")
     out()
