@@ -66,6 +66,7 @@ WORDS = 1024        # u64 words per program (8 KiB) in the aligned dense path
 BYTES = 4096        # bytes per program in the byte-wise paths
 AUX_BLOCK = 256     # bytes per step of the auxiliary program
 CHUNK_WORDS = 1024  # u64 words per chunk (8 KiB) of the chunked judge
+CHUNK_WARPS = 4     # warps per program of the chunked judge (bench/tune_large.py)
 SUB_WORDS = tl.constexpr(256)  # u64 words per step of a chunk's rare paths (count, restore)
 STRIDE_PROGRAMS = 1024  # programs that walk the chunks not judged every repetition (grid-strided)
 
@@ -454,7 +455,7 @@ class ChunkCheck:
     """
 
     def __init__(self, arena, expected, snapshot, order, n_check, n_restore, *, full_every,
-                 words=CHUNK_WORDS, aux=None, aux_expected=None, aux_snapshot=None, num_warps=4,
+                 words=CHUNK_WORDS, aux=None, aux_expected=None, aux_snapshot=None, num_warps=CHUNK_WARPS,
                  stride_programs=None):
         if not isinstance(arena, torch.Tensor) or arena.dtype != torch.uint8 or arena.dim() != 1 \
                 or not arena.is_contiguous():
