@@ -104,9 +104,9 @@ def main(argv=None) -> int:
             out(f"| {rows} x {size // MiB} MiB | error {type(exc).__name__}: {exc} |")
             continue
         results = []
-        for sb in (4096, 8192):
+        for sb in (4096, 8192, 16384):
             for w in (4, 8):
-                for parts in (None, 64, 256, 1024):
+                for parts in (None, 64, 256):
                     label = f"{bm.parts_cap(rows)} (default)" if parts is None else str(parts)
                     try:
                         arena[spans[0][1]:].zero_()

@@ -40,8 +40,8 @@ from .launch import launch, variant_flags
 BLOCK = 1024  # bytes per body chunk
 MAX_PARTS = 32        # programs one row may be split over, at most
 PROGRAMS = 2048       # about this many programs in a launch when rows are split (see parts_cap)
-SPLIT_MIN = 4 << 10   # bytes per part at least: shorter rows stay in one program
-SPLIT_BLOCK = 16384   # bytes per step of a row that does not overlap itself (no barrier, wider steps)
+SPLIT_MIN = 16 << 10  # bytes per part at least: shorter rows stay in one program
+SPLIT_BLOCK = 8192    # bytes per step of a row that does not overlap itself (no barrier, wider steps)
 ALIGN = 128           # part boundaries after the first: dst at a multiple of this
 _SPLIT_MIN = tl.constexpr(SPLIT_MIN)
 _ALIGN = tl.constexpr(ALIGN)

@@ -65,8 +65,8 @@ import triton.language as tl
 WORDS = 1024        # u64 words per program (8 KiB) in the aligned dense path
 BYTES = 4096        # bytes per program in the byte-wise paths
 AUX_BLOCK = 256     # bytes per step of the auxiliary program
-CHUNK_WORDS = 1024  # u64 words per chunk (8 KiB) of the chunked judge
-CHUNK_WARPS = 4     # warps per program of the chunked judge (bench/tune_large.py)
+CHUNK_WORDS = 512   # u64 words per chunk (4 KiB) of the chunked judge (bench/tune_large.py)
+CHUNK_WARPS = 2     # warps per program of the chunked judge (bench/tune_large.py)
 SUB_WORDS = tl.constexpr(256)  # u64 words per step of a chunk's rare paths (count, restore)
 STRIDE_PROGRAMS = 1024  # programs that walk the chunks not judged every repetition (grid-strided)
 
