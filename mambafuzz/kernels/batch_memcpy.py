@@ -14,10 +14,12 @@ between programs is needed.  Part boundaries after the first sit where ``dst``
 is ``ALIGN``-byte aligned, so only the first part has a byte head and only the
 last a byte tail (the zoo's TAIL-DROP drops the same bytes as unsplit).  A part
 whose source and destination agree mod 16 is copied by ``_copy_disjoint``:
-unmasked whole blocks of ``SPLIT_BLOCK`` bytes that Triton can prove 16-byte
+unmasked whole blocks of ``SPLIT_BLOCK`` bytes through pointers marked 16-byte
 aligned, so every lane moves 16-byte vectors (``_move_span``'s masked u64
-lanes reach about three quarters of ``copy_`` on an H200); other parts, and
-every part of the TAIL-DROP and MISALIGN variants, go through ``_move_span``.
+lanes reached about three quarters of ``copy_`` on an H200, this 85-89%:
+``bench/tune_large.py``); other parts, and every part of the TAIL-DROP and
+MISALIGN variants, go through ``_move_span`` in steps of ``BLOCK`` (wider
+byte lanes there would cost the whole kernel its registers).
 A row that overlaps itself stays in program (row, 0), walking away from the
 overlap with the barrier of ``_move_span``: a second program could store bytes
 the first has yet to load.
