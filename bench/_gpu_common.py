@@ -10,6 +10,8 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
+import traceback
 from pathlib import Path
 
 
@@ -98,6 +100,18 @@ class Report:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("\n".join(self.lines) + "\n")
             print(f"{self.prog}: wrote {path}")
+
+    def traceback(self) -> None:
+        """The exception being handled, as a fenced block: a section that failed, the run goes on."""
+        self("```")
+        self(traceback.format_exc())
+        self("```")
+
+    def finish(self, path: Path | None) -> None:
+        """The closing time stamp, then ``write(path)``."""
+        self()
+        self(f"_written {time.strftime('%Y-%m-%d %H:%M:%S')}_")
+        self.write(path)
 
 
 def commit() -> str:

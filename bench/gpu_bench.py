@@ -241,9 +241,7 @@ def main(argv=None) -> int:
         "in one program (memmove order), so its copy alone stays far from copy_ bandwidth, and since every "
         "repetition changes bytes the next one reads, the judge also restores them (2 x copied bytes more, "
         "after reading them once): at most 40% for such a case, 50% even with a free judge.")
-    out()
-    out(f"_written {time.strftime('%Y-%m-%d %H:%M:%S')}_")
-    out.write(args.out)
+    out.finish(args.out)
     return 0
 
 

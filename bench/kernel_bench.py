@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,10 +186,7 @@ def main(argv=None) -> int:
                     f"{tt:.1f} | {tt / tf:.1f} | {bw(moved, tf)} |")
                 del arena
                 torch.cuda.empty_cache()
-    out()
-    out(f"_written {time.strftime('%Y-%m-%d %H:%M:%S')}_")
-
-    out.write(args.out)
+    out.finish(args.out)
     return 0
 
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,9 +160,7 @@ def main(argv=None) -> int:
         del a, b
         torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001
-        out("```")
-        out(traceback.format_exc())
-        out("```")
+        out.traceback()
     out()
 
     # ------------------------------------------------------------------ short batches: the grid's cost
@@ -246,9 +242,7 @@ def main(argv=None) -> int:
         del snapshot, expected, arena
         torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001
-        out("```")
-        out(traceback.format_exc())
-        out("```")
+        out.traceback()
     out()
 
     # ------------------------------------------------------------------ together
@@ -299,9 +293,7 @@ def main(argv=None) -> int:
             del arena, snapshot, expected, changed
             torch.cuda.empty_cache()
         except Exception:  # noqa: BLE001
-            out("```")
-            out(traceback.format_exc())
-            out("```")
+            out.traceback()
     out()
     out("Breakdown of one repetition (us): the copy alone, the judge's two launches alone (a passing, "
         "partial repetition), the walk launch alone (exits at once), and the start's restore (once per "
@@ -336,12 +328,8 @@ def main(argv=None) -> int:
             del arena, snapshot, expected
             torch.cuda.empty_cache()
         except Exception:  # noqa: BLE001
-            out("```")
-            out(traceback.format_exc())
-            out("```")
-    out()
-    out(f"_written {time.strftime('%Y-%m-%d %H:%M:%S')}_")
-    out.write(args.out)
+            out.traceback()
+    out.finish(args.out)
     return 0
 
 
