@@ -120,7 +120,8 @@ class LaunchRecord:
         kw = {**kwargs, "num_warps": p.num_warps}
         if v is not None:
             v.refresh()
-            vkw = {**kw, **dict(zip(CONSTEXPRS, (p.position, p.delay_ns, p.schedule))), SEED: p.seed}
+            c = p.constexprs()  # the position and two flags; delay, schedule and seed ride in the word
+            vkw = {**kw, **dict(zip(CONSTEXPRS, (c["DELAY_POS"], c["DELAY_NS"], c["SCHEDULE"]))), SEED: p.word()}
             try:
                 if compiled:
                     launch(v.jit, args, grid, True, vkw)

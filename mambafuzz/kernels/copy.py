@@ -46,7 +46,8 @@ Zoo flags (constexpr, default off, compiled out when off)
 
 Race amplification (constexpr, default off, compiled out when off)
 ------------------------------------------------------------------
-``DELAY_POS``, ``DELAY_NS``, ``SCHEDULE`` and the runtime ``seed`` (see
+``DELAY_POS``, the flags ``DELAY_NS`` and ``SCHEDULE``, and the runtime
+``seed`` word that carries the delay, schedule and seed (see
 ``kernels.perturb``) make chosen warps sleep (PTX ``nanosleep``) at one of two
 positions of every piece: 1 = before its load, 2 = between its load and its
 store (before the barrier, where there is one).  ``_perturb`` is a no-op unless
@@ -80,41 +81,44 @@ def _perturb(POS_HERE: tl.constexpr, DELAY_POS: tl.constexpr, DELAY_NS: tl.const
              SCHEDULE: tl.constexpr, SEED):
     """Sleep chosen warps at position ``POS_HERE`` (see the module docstring).
 
-    Warp w of W (``%tid.x / 32`` of ``%ntid.x / 32``) sleeps, by ``SCHEDULE``:
-    1: ``DELAY_NS * (W-1-w)`` (lower warps slower, adjacent warps ``DELAY_NS``
-    apart); 2: ``DELAY_NS * w`` (higher warps slower); 3: ``DELAY_NS * (W-1) *
-    h / 1023`` with h a hash of (w, SEED, program id) in 0..1023.  The skew
-    between adjacent warps is what opens a race window, and it must outlast a
-    load's latency (~1 us), hence ``DELAY_NS`` per warp step.  Every thread of a
-    warp computes the same delay, so a warp never diverges here.  ``nanosleep``
-    needs sm_70+ and sleeps anywhere in [0, 2t], at most 1 ms.
+    ``DELAY_NS`` and ``SCHEDULE`` are on/off flags here; the delay step, the
+    schedule and the seed come packed in the runtime ``SEED`` word
+    (``kernels.perturb.Perturb.word``), so one compiled kernel serves every
+    delay and schedule.  Warp w of W (``%tid.x / 32`` of ``%ntid.x / 32``)
+    sleeps, by schedule: 1: ``delay * (W-1-w)`` (lower warps slower, adjacent
+    warps ``delay`` apart); 2: ``delay * w`` (higher warps slower); 3:
+    ``delay * (W-1) * h / 1023`` with h a hash of (w, seed, program id) in
+    0..1023.  The skew between adjacent warps is what opens a race window, and
+    it must outlast a load's latency (~1 us), hence the delay per warp step.
+    Every thread of a warp computes the same delay, so a warp never diverges
+    here.  ``nanosleep`` needs sm_70+ and sleeps anywhere in [0, 2t], at most 1 ms.
     """
     if _COMPILED:
         if DELAY_NS > 0:
             if DELAY_POS == POS_HERE:
                 if SCHEDULE > 0:
+                    word = SEED.to(tl.int64)
+                    delay = ((word >> 31) & 0x1FFFF).to(tl.uint32)
+                    schedule = ((word >> 48) & 3).to(tl.uint32)
+                    seed = (word & 0x7FFFFFFF).to(tl.uint32)
                     tid = tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [],
                                                     dtype=tl.uint32, is_pure=True, pack=1)
                     ntid = tl.inline_asm_elementwise("mov.u32 $0, %ntid.x;", "=r", [],
                                                      dtype=tl.uint32, is_pure=True, pack=1)
                     warp = tid // 32
                     last = tl.maximum(ntid // 32, 1) - 1
-                    if SCHEDULE == 1:
-                        ns = DELAY_NS * (last - warp)
-                    elif SCHEDULE == 2:
-                        ns = DELAY_NS * warp
-                    else:
-                        pid = (tl.program_id(0).to(tl.uint32)
-                               + tl.program_id(1).to(tl.uint32) * 7919
-                               + tl.program_id(2).to(tl.uint32) * 104729)
-                        h = warp * 0x9E3779B1
-                        h = h ^ (tl.cast(SEED, tl.uint32) * 0x85EBCA77) ^ (pid * 0xC2B2AE3D)
-                        h = h ^ (h >> 16)
-                        h = h * 0x7FEB352D
-                        h = h ^ (h >> 15)
-                        h = h * 0x846CA68B
-                        h = h ^ (h >> 16)
-                        ns = ((DELAY_NS * (h & 1023)) // 1023) * last
+                    pid = (tl.program_id(0).to(tl.uint32)
+                           + tl.program_id(1).to(tl.uint32) * 7919
+                           + tl.program_id(2).to(tl.uint32) * 104729)
+                    h = warp * 0x9E3779B1
+                    h = h ^ (seed * 0x85EBCA77) ^ (pid * 0xC2B2AE3D)
+                    h = h ^ (h >> 16)
+                    h = h * 0x7FEB352D
+                    h = h ^ (h >> 15)
+                    h = h * 0x846CA68B
+                    h = h ^ (h >> 16)
+                    ns = tl.where(schedule == 1, delay * (last - warp),
+                                  tl.where(schedule == 2, delay * warp, ((delay * (h & 1023)) // 1023) * last))
                     tl.inline_asm_elementwise("nanosleep.u32 $1;\n\tmov.u32 $0, 0;", "=r,r", [ns],
                                               dtype=tl.uint32, is_pure=False, pack=1)
 

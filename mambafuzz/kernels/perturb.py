@@ -2,8 +2,16 @@
 
 A :class:`Perturb` is handed to a launcher (``batch_memcpy``, ``state_copy``,
 ``postprocess``) as ``perturb=``; the launcher turns it into the constexprs of
-``kernels.copy._perturb`` (``DELAY_POS``, ``DELAY_NS``, ``SCHEDULE``), one
-runtime argument (``seed``) and the launch's ``num_warps``.
+``kernels.copy._perturb`` (``DELAY_POS``, and ``DELAY_NS``/``SCHEDULE`` as
+on/off flags), one runtime argument (``seed``, the packed word below) and the
+launch's ``num_warps``.
+
+Compiles: the delay, the schedule and the seed travel in the runtime word
+(``Perturb.word``: seed in bits 0-30, delay in 31-47, schedule in 48-49, bit 62
+always set so that Triton types it int64 every time), so a kernel compiles
+once per position and warp count, not once per (position, delay, schedule,
+warp count): 36 compiles of each zoo kernel were what filled a short share of
+an amplified run.
 
 * ``position``: 1 = before every load of a copy piece (and before the
   postprocess decision reads), 2 = between the load and the store of every
@@ -16,7 +24,7 @@ runtime argument (``seed``) and the launch's ``num_warps``.
   pseudo-random per warp, from a hash of the warp, ``seed`` and the program id
   (``delay * (W-1) * h / 1023``, h in 0..1023; programs differ, which a
   cross-program race needs).
-* ``seed``: only schedule 3 reads it; a runtime argument (no recompile).
+* ``seed``: only schedule 3 reads it (in the runtime word, no recompile).
 * ``num_warps``: the launch's warp count (the SD span race shows at 8 warps,
   not at 4).
 
@@ -35,7 +43,13 @@ SCHEDULES = (0, 1, 2, 3)      # off, lower warps slower, higher warps slower, ra
 SCHEDULE_NAMES = {0: "off", 1: "low-warps-slow", 2: "high-warps-slow", 3: "random"}
 WARPS = (1, 2, 4, 8, 16)
 MAX_DELAY_NS = 100_000        # per warp step; x15 steps stays near nanosleep's 1 ms ceiling
-MAX_SEED = 2**31 - 1          # keeps the runtime argument i32 (one compiled signature)
+MAX_SEED = 2**31 - 1          # bits 0-30 of the runtime word
+DELAY_SHIFT = 31              # delay_ns in bits 31-47 (MAX_DELAY_NS < 2**17)
+SCHEDULE_SHIFT = 48           # schedule in bits 48-49
+WORD_TAG = 1 << 62            # always set: the word is int64 to Triton, one compiled signature
+
+
+NO_DELAY = {"DELAY_POS": 0, "DELAY_NS": 0, "SCHEDULE": 0}
 
 
 def _is_int(x) -> bool:
@@ -76,10 +90,18 @@ class Perturb:
         return self.delay_ns > 0 and self.schedule > 0
 
     def constexprs(self) -> dict[str, int]:
-        """The kernels' constexprs; all zero (the unperturbed kernel) when nothing sleeps."""
+        """The kernels' constexprs: the position and two on-flags (the values are in ``word``); all
+        zero (the unperturbed kernel) when nothing sleeps."""
         if not self.delays:
-            return {"DELAY_POS": 0, "DELAY_NS": 0, "SCHEDULE": 0}
-        return {"DELAY_POS": self.position, "DELAY_NS": self.delay_ns, "SCHEDULE": self.schedule}
+            return dict(NO_DELAY)
+        return {"DELAY_POS": self.position, "DELAY_NS": 1, "SCHEDULE": 1}
+
+    def word(self) -> int:
+        """The runtime argument: seed, delay and schedule packed (module docstring); 0 when nothing
+        sleeps (the unperturbed kernel never reads it)."""
+        if not self.delays:
+            return 0
+        return self.seed | self.delay_ns << DELAY_SHIFT | self.schedule << SCHEDULE_SHIFT | WORD_TAG
 
     def to_tuple(self) -> tuple[int, int, int, int, int]:
         """``(position, delay_ns, schedule, seed, num_warps)``: the form a case stores."""
@@ -107,12 +129,9 @@ class Perturb:
         return f"{self.num_warps} warps, {self.delay_ns} ns/warp step {where}, {sched}"
 
 
-NO_DELAY = {"DELAY_POS": 0, "DELAY_NS": 0, "SCHEDULE": 0}
-
-
 def launch_args(perturb, num_warps: int) -> tuple[dict[str, int], int, int]:
     """``(constexprs, seed, num_warps)`` for a launcher's ``perturb=`` (None, Perturb or 5-tuple)."""
     if perturb is None:
         return dict(NO_DELAY), 0, num_warps
     p = Perturb.from_tuple(perturb)
-    return p.constexprs(), p.seed, p.num_warps
+    return p.constexprs(), p.word(), p.num_warps

@@ -62,7 +62,7 @@ def test_perturb_validates_and_is_hashable():
     assert p.to_tuple() == (1, 2000, 3, 42, 8) and Perturb.from_tuple(p.to_tuple()) == p
     assert Perturb.from_tuple([1, 2000, 3, 42, 8]) == p and Perturb.from_tuple(p) is p
     assert {p: 1}[Perturb(1, 2000, 3, 42, 8)] == 1 and len({p, Perturb(1, 2000, 3, 42, 8)}) == 1
-    assert p.constexprs() == {"DELAY_POS": 1, "DELAY_NS": 2000, "SCHEDULE": 3}
+    assert p.constexprs() == {"DELAY_POS": 1, "DELAY_NS": 1, "SCHEDULE": 1}  # the values ride in the word
     assert Perturb().num_warps == 4 and not Perturb().delays
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.delay_ns = 1
@@ -87,7 +87,18 @@ def test_no_delay_compiles_the_unperturbed_kernel():
         assert not p.delays and p.constexprs() == NO_DELAY
     assert launch_args(None, 4) == (NO_DELAY, 0, 4)
     assert launch_args(Perturb(2, 500, 3, 9, 8), 4) == (
-        {"DELAY_POS": 2, "DELAY_NS": 500, "SCHEDULE": 3}, 9, 8)
+        {"DELAY_POS": 2, "DELAY_NS": 1, "SCHEDULE": 1}, 9 | 500 << 31 | 3 << 48 | 1 << 62, 8)
+
+
+def test_the_runtime_word_packs_delay_schedule_and_seed():
+    """One compiled kernel per position and warp count: the rest is a runtime int64, decoded in
+    ``kernels.copy._perturb`` with the same shifts."""
+    from mambafuzz.kernels.perturb import MAX_DELAY_NS, MAX_SEED
+    for p in (Perturb(1, 1, 1, 0, 4), Perturb(2, MAX_DELAY_NS, 3, MAX_SEED, 16), Perturb(1, 8000, 2, 12345, 8)):
+        w = p.word()
+        assert 2**62 <= w < 2**63  # int64 to Triton every time: one signature
+        assert (w & (2**31 - 1), (w >> 31) & 0x1FFFF, (w >> 48) & 3) == (p.seed, p.delay_ns, p.schedule)
+    assert Perturb(1, 0, 1, 5, 4).word() == 0 and Perturb(1, 500, 0, 5, 4).word() == 0
     assert launch_args((1, 0, 0, 0, 8), 4) == (NO_DELAY, 0, 8)  # warps still chosen
 
 
@@ -305,8 +316,11 @@ def check(k, consts):
     n = k.asm["ptx"].count("nanosleep.u32")
     assert (n > 0) == (consts["DELAY_NS"] > 0), (consts, n)
 for i, d in enumerate([NO_DELAY] + DELAYS):  # every position and schedule, 4 and 8 warps
-    c = {"BLOCK": 1024, "SPLIT_BLOCK": 16384, **{f: f == ("NOGUARD_LEFT" if i % 2 else None) for f in BM_FLAGS}, **d}
+    c = {"BLOCK": 1024, "SPLIT_BLOCK": 8192, **{f: f == ("NOGUARD_LEFT" if i % 2 else None) for f in BM_FLAGS}, **d}
     check(comp(_batch_memcpy_kernel, BM_SIG, c, 8 if i % 2 else 4), c)
+# as launched: the seed argument is the int64 word that carries delay, schedule and seed
+c = {"BLOCK": 1024, "SPLIT_BLOCK": 8192, **{f: False for f in BM_FLAGS}, "DELAY_POS": 2, "DELAY_NS": 1, "SCHEDULE": 1}
+check(comp(_batch_memcpy_kernel, {**BM_SIG, "seed": "i64"}, c, 8), c)
 for v, d in zip((None, "SD_SPAN", "DS_ROW"), DELAYS[::2]):
     c = {"BLOCK": 1024, "ROWS": 128, **{f: f == v for f in FLAG_NAMES}, **d}
     check(comp(_state_copy_kernel, SC_SIG, c, 8), c)
