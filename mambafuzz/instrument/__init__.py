@@ -16,9 +16,10 @@ each kernel instead:
   and a local's ``.load``/``.store`` (tensor descriptors).  Atomics are not
   delay sites.
 * ``variant``: the transformed source becomes a new jitted function with three
-  constexpr parameters (position, delay, schedule) and a runtime seed,
-  built once per kernel and cached; Triton compiles it once per
-  specialization.
+  constexpr parameters (position, and delay and schedule as on/off flags) and
+  a runtime word that carries delay, schedule and seed
+  (``kernels.perturb.Perturb.word``), built once per kernel and cached;
+  Triton compiles it once per position and warp count.
 * ``launches``: the launch path is patched only inside the context; the warp
   count is the perturbation's.  A kernel that cannot be instrumented (no
   source, a parse failure, nothing to delay, a variant that does not compile)

@@ -3,8 +3,8 @@
 Pure ``ast`` work, no Triton: the caller says what a call is (``classify``),
 because only it can resolve names in the kernel's globals.  The result is the
 source of a new function with the same name and four extra trailing
-parameters (three constexprs and a runtime seed, all defaulting to 0, so every
-existing call still binds).
+parameters (three constexprs and a runtime seed word, all defaulting to 0, so
+every existing call still binds).
 
 * A simple statement (assignment, expression, return...) that contains a load
   gets ``delay(1, ...)`` before it; one that contains a store gets
