@@ -288,6 +288,21 @@ def test_batch_memcpy_splits_long_rows_exactly(device):
         assert same(actual, expected), rows
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_memcpy_bytes_do_not_depend_on_the_grid(device):
+    """The tuning knobs change who copies what, never the bytes: any parts cap, any step."""
+    from mambafuzz.kernels.batch_memcpy import batch_memcpy
+    for parts in (1, 2, 3, 7, 64):
+        for split_block in (1024, 4096):
+            arena, snap = make_arena(4, SPLIT_ARENA, device)
+            rows = np.asarray(SPLIT_ROWS, dtype=np.int64)
+            base = arena.data_ptr()
+            expected = oracle.expect_batch(snap, rows[:, 0], rows[:, 1], rows[:, 2])
+            batch_memcpy(i64(rows[:, 0] + base, device), i64(rows[:, 1] + base, device), i64(rows[:, 2], device),
+                         parts=parts, split_block=split_block)
+            assert same(arena.cpu().numpy(), expected), (parts, split_block)
+
+
 @interp_only
 def test_batch_memcpy_gpu_grid_gives_the_same_bytes():
     """The GPU launch (MAX_PARTS parts for every row, idle ones exit) as the interpreter runs it."""
