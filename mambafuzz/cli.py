@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
@@ -194,6 +195,19 @@ def _print_coverage(reports) -> None:
             print(line)
 
 
+def short_share_lines(reports, width: int = 80) -> list[str]:
+    """A NOTE (lines within ``width``) naming the targets that --time stopped, with no finding,
+    after fewer than twice the examples a verdict needs: too short a share to trust much, and
+    the cure (a longer --time) is the user's to choose."""
+    short = [r for r in reports if r.finding is None and r.stop == "time" and r.examples < 2 * r.min_examples]
+    if not short:
+        return []
+    names = ", ".join(f"{r.target} ({r.examples})" for r in short)
+    text = (f"NOTE --time stopped {len(short)} target(s) with no finding after few examples: {names}. "
+            f"A share that short says little; a longer --time gives every target more.")
+    return textwrap.wrap(text, width=width, subsequent_indent="      ", break_on_hyphens=False)
+
+
 def _check_writable(folder: Path, what: str | None = None) -> None:
     """Make `folder` and write a probe in it now; UsageError (`what`: its message) when that fails."""
     try:
@@ -372,6 +386,8 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
         return code
     _print_reports(reports, title, device)
     _print_coverage(reports)
+    for line in short_share_lines(reports):
+        print(line)
     if interrupted:
         print("interrupted: every failure seen so far is saved")
     counts = {s: sum(r.status == s for r in reports) for s in ("finding", "inconclusive")}
@@ -425,6 +441,8 @@ def cmd_zoo(args) -> int:
         elif r.why:
             print(f"{r.target}: {r.status}: {r.why}")
     _print_coverage([r for r in reports if r.finding is None])  # what an escaped variant was tried on
+    for line in short_share_lines(reports):
+        print(line)
     print(f"{sum(row['caught'] for row in rows)} of {len(targets)} zoo variants caught"
           + (f"; escaped: {', '.join(escaped)}" if escaped else "")
           + (f"; not checked: {', '.join(unchecked)}" if unchecked else "") + f"; exit {code}")

@@ -135,3 +135,39 @@ def test_json_stdout_is_one_document_whatever_the_target_prints(tmp_path):
         body = json.loads(r.stdout)  # the whole of stdout is the document
         assert body["exit_code"] == 0 and body["targets"][0]["status"] == "clean", r.stderr[-2000:]
         assert "hello from the adapter" in r.stderr and "raw bytes on fd 1" in r.stderr
+
+
+def test_a_share_too_short_for_a_verdict_says_so_within_80_columns(tmp_path):
+    """--time that leaves a (slow) target a few examples: one NOTE names it, and the cure."""
+    (tmp_path / "slowk.py").write_text(textwrap.dedent('''
+        import time
+
+        def slow_copy(src_ptrs, dst_ptrs, sizes, *, arena):
+            """A correct memmove that takes 0.4 s a call."""
+            time.sleep(0.4)
+            base = arena.data_ptr()
+            for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+                arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+    '''))
+    proc = _mf("fuzz", "--target", "slowk:slow_copy", "--contract", "batch_memcpy", "--device", "cpu",
+               "--mode", "compare", "--time", "4", "--database", "none", cwd=tmp_path)
+    assert proc.returncode in (0, 3), proc.stderr
+    note = proc.stdout[proc.stdout.index("NOTE --time stopped"):].split("\n1 target(s)")[0]
+    assert "slowk:slow_copy (" in note and "a longer --time" in note
+    assert all(len(line) <= 80 for line in note.splitlines()), note
+
+
+def test_short_share_lines_only_for_time_stops_without_a_finding():
+    from types import SimpleNamespace as R
+
+    from mambafuzz.cli import short_share_lines
+
+    def rep(target, stop="time", examples=5, finding=None):
+        return R(target=target, stop=stop, examples=examples, min_examples=10, finding=finding)
+
+    assert short_share_lines([rep("a", examples=20), rep("b", stop="max-examples"), rep("c", finding=object())]) == []
+    lines = short_share_lines([rep("zoo.BM-NOGUARD", examples=4), rep("zoo.DS-ROW", examples=13),
+                               rep("ok", examples=500)])
+    text = " ".join(lines)
+    assert "2 target(s)" in text and "zoo.BM-NOGUARD (4)" in text and "zoo.DS-ROW (13)" in text
+    assert "ok (" not in text and all(len(line) <= 80 for line in lines)
