@@ -36,6 +36,7 @@ for p in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(p))
 
 from _gpu_common import Report, commit, device_line, median_us, reference_copy, require_compiled_gpu  # noqa: E402
+from gpu_bench import disjoint_rows  # noqa: E402
 
 MiB = 1 << 20
 
@@ -75,16 +76,14 @@ def main(argv=None) -> int:
         return median_us(fn, reps=args.reps, samples=args.samples)
 
     def region(rows, size, gap=256):
-        """An arena with `rows` copies of `size` bytes from its first half to its second."""
-        stride = size + gap
-        n = 256 + 2 * rows * stride + 256
-        arena = torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev)
+        """gpu_bench's region-to-region batch on a random arena: (arena, src, dst, sizes, spans)."""
+        case = disjoint_rows(rows, size, gap)
+        arena = torch.randint(0, 256, (case.arena_size,), dtype=torch.uint8, device=dev)
         base = arena.data_ptr()
-        src = torch.tensor([base + 256 + i * stride for i in range(rows)], dtype=torch.int64, device=dev)
-        dst = torch.tensor([base + 256 + (rows + i) * stride for i in range(rows)], dtype=torch.int64, device=dev)
-        sizes = torch.full((rows,), size, dtype=torch.int64, device=dev)
-        spans = [(256 + i * stride, 256 + (rows + i) * stride) for i in range(rows)]
-        return arena, src, dst, sizes, spans
+        src = torch.tensor([base + s_ for s_, _, _ in case.copies], dtype=torch.int64, device=dev)
+        dst = torch.tensor([base + d_ for _, d_, _ in case.copies], dtype=torch.int64, device=dev)
+        sizes = torch.tensor([n_ for _, _, n_ in case.copies], dtype=torch.int64, device=dev)
+        return arena, src, dst, sizes, [(s_, d_) for s_, d_, _ in case.copies]
 
     def copied_right(arena, spans, size):
         return all(torch.equal(arena[s:s + size], arena[d:d + size]) for s, d in spans[:: max(1, len(spans) // 16)])

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from mambafuzz.kernels.perturb import Perturb
 
-from .transform import CONSTEXPRS, SEED, NotInstrumentable
+from .transform import SEED, NotInstrumentable
 from .variant import PREFIX, Variant, kernel_name, variant_of
 
 # kernels whose variant failed to compile in this process: id -> (kernel, reason)
@@ -120,8 +120,8 @@ class LaunchRecord:
         kw = {**kwargs, "num_warps": p.num_warps}
         if v is not None:
             v.refresh()
-            c = p.constexprs()  # the position and two flags; delay, schedule and seed ride in the word
-            vkw = {**kw, **dict(zip(CONSTEXPRS, (c["DELAY_POS"], c["DELAY_NS"], c["SCHEDULE"]))), SEED: p.word()}
+            # the variant's constexprs are the project kernels' names, prefixed; delay, schedule and seed ride in the word
+            vkw = {**kw, **{PREFIX + k: v for k, v in p.constexprs().items()}, SEED: p.word()}
             try:
                 if compiled:
                     launch(v.jit, args, grid, True, vkw)

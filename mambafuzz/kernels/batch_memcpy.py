@@ -127,7 +127,7 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, S
             lo = tl.where(part == 0, 0, tl.minimum(head + part * piece, n))
             hi = tl.where(part == parts - 1, n, tl.minimum(head + (part + 1) * piece, n))
             if DROP_TAIL or CHECK_DST_ALIGN_ONLY:
-                fast = part < 0  # never: these variants' bugs live in _move_span's head/body/tail
+                fast = False  # these variants' bugs live in _move_span's head/body/tail
             else:
                 fast = (src - dst) % 16 == 0
             if fast:
@@ -138,6 +138,7 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, S
                            NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
                            DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
                            DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
+
 
 def parts_cap(rows: int) -> int:
     """The grid's second dimension on a GPU: about ``PROGRAMS`` programs in all, 1 to ``MAX_PARTS`` a row."""
