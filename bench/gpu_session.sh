@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU work, every step's exact command logged with the commit it ran at.
 # Usage (on the GPU box, repo root): OUT=/some/dir MF_COMMIT=<sha> bash bench/gpu_session.sh STEP...
-# Steps: info tests tune reps kernel racy amp ampzoo useramp racemap.  Results go to $OUT/w/ and, at the
+# Steps: info tests tune precompile reps kernel racy amp ampzoo useramp racemap.  Results go to $OUT/w/ and, at the
 # end, into one archive $OUT/gpu_results.tgz (the device tool brings few files back).
 set -u
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -25,11 +25,12 @@ for step in "$@"; do
           python3 -c 'import torch, triton, hypothesis, numpy, platform; print(\"python\", platform.python_version(), \"torch\", torch.__version__, \"triton\", triton.__version__, \"hypothesis\", hypothesis.__version__, \"numpy\", numpy.__version__)' >> $W/info.txt; cat $W/info.txt" ;;
     tests) run tests 330 "MAMBAFUZZ_DEVICE=cuda python3 -m pytest -m gpu -q -p no:cacheprovider tests/ > $W/gpu_tests.txt 2>&1; tail -5 $W/gpu_tests.txt" ;;
     tune) run tune 300 "python3 bench/tune_large.py --out $W/tune_large.md > $W/tune_large.log 2>&1; tail -60 $W/tune_large.md" ;;
+    precompile) run precompile 400 "python3 bench/precompile_bench.py --out $W/precompile.md > $W/precompile.log 2>&1; cat $W/precompile.md" ;;
     reps) run reps 300 "python3 bench/gpu_bench.py --pairs 3 --out $W/gpu_bench.md > $W/gpu_bench.log 2>&1; tail -30 $W/gpu_bench.log" ;;
     kernel) run kernel 200 "python3 bench/kernel_bench.py --out $W/kernel_bench.md > $W/kernel_bench.log 2>&1; tail -5 $W/kernel_bench.log" ;;
     racy) run racy 240 "python3 bench/gpu_racy.py --reps 100 --out $W/gpu_racy.md > $W/gpu_racy.log 2>&1; tail -5 $W/gpu_racy.log" ;;
     amp) run amp 280 "python3 bench/amplify_bench.py --out $W/amplify.md > $W/amplify.log 2>&1; tail -5 $W/amplify.log" ;;
-    ampzoo) run ampzoo $(( ${ZOO_TIME:-150} + 90 )) "$MF zoo --device cuda --profile gpu-amp --reps 50 --isolate --time ${ZOO_TIME:-150} --json \
+    ampzoo) run ampzoo $(( ${ZOO_TIME:-150} + 90 )) "TRITON_CACHE_DIR=\$(mktemp -d) $MF zoo --device cuda --profile gpu-amp --reps 50 --isolate --time ${ZOO_TIME:-150} --json \
               --crashes-dir $W/ampzoo-crashes > $W/zoo_gpu_amp.json 2> $W/zoo_gpu_amp.err;
             python3 -c \"import json; d=json.load(open('$W/zoo_gpu_amp.json')); print(sum(t['caught'] for t in d['targets']), 'of', len(d['targets']), 'caught');
 [print(t['target'], t['caught'], t['status'], (t.get('finding') or {}).get('seconds_to_first'), (t.get('finding') or {}).get('case_summary')) for t in d['targets']]\"" ;;

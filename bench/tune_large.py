@@ -6,7 +6,7 @@ alone over a grid of their tuning knobs, then the two together as
 ``gpu_reps`` runs them, so the defaults in ``kernels/batch_memcpy.py`` and
 ``kernels/check.py`` / ``gpu_reps.py`` rest on numbers:
 
-* copy: ``batch_memcpy(split_block=, num_warps=, parts=)`` on region-to-region
+* copy: ``batch_memcpy(split_block=, num_warps=, parts=, interleave=, unroll=)`` on region-to-region
   batches (64 x 4 MiB, 256 x 1 MiB), as a fraction of a device-to-device
   ``copy_`` (read + write bytes);
 * short batches: the default grid (``parts_cap``) against the previous one (32
@@ -92,8 +92,8 @@ def main(argv=None) -> int:
     best_copy = {}
     out("## batch copy alone, region to region (% of copy_)")
     out()
-    out("| rows x size | split_block | num_warps | parts per row at most | us | % of copy_ |")
-    out("| --- | ---: | ---: | ---: | ---: | ---: |")
+    out("| rows x size | split_block | num_warps | parts per row at most | interleave, unroll | us | % of copy_ |")
+    out("| --- | ---: | ---: | ---: | --- | ---: | ---: |")
     for rows, size in ((64, 4 * MiB), (256, 1 * MiB)):
         try:
             arena, src, dst, sizes, spans = region(rows, size)
@@ -101,33 +101,37 @@ def main(argv=None) -> int:
             out(f"| {rows} x {size // MiB} MiB | error {type(exc).__name__}: {exc} |")
             continue
         results = []
-        for sb in (4096, 8192, 16384):
+        for sb in (4096, 8192):
             for w in (4, 8):
-                for parts in (None, 64, 256):
-                    label = f"{bm.parts_cap(rows)} (default)" if parts is None else str(parts)
-                    try:
-                        arena[spans[0][1]:].zero_()
-                        fn = (lambda sb=sb, w=w, parts=parts:
-                              bm.batch_memcpy(src, dst, sizes, split_block=sb, num_warps=w, parts=parts))
-                        fn()
-                        torch.cuda.synchronize()
-                        if not copied_right(arena, spans, size):
-                            out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {label} | WRONG BYTES | |")
+                for parts in (None, 16, 64):
+                    for il, un in ((False, 1), (True, 1), (False, 2), (True, 2)):
+                        label = f"{bm.parts_cap(rows)} (default)" if parts is None else str(parts)
+                        knobs = f"{label} | {'yes' if il else 'no'}, {un}"
+                        try:
+                            arena[spans[0][1]:].zero_()
+                            fn = (lambda sb=sb, w=w, parts=parts, il=il, un=un:
+                                  bm.batch_memcpy(src, dst, sizes, split_block=sb, num_warps=w, parts=parts,
+                                                  interleave=il, unroll=un))
+                            fn()
+                            torch.cuda.synchronize()
+                            if not copied_right(arena, spans, size):
+                                out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {knobs} | WRONG BYTES | |")
+                                continue
+                            us = us_of(fn)
+                        except Exception as exc:  # noqa: BLE001
+                            out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {knobs} | error {type(exc).__name__} | |")
                             continue
-                        us = us_of(fn)
-                    except Exception as exc:  # noqa: BLE001
-                        out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {label} | error {type(exc).__name__} | |")
-                        continue
-                    pct = 2 * rows * size / (us * 1e-6) / ref_bw
-                    results.append((pct, sb, w, parts))
-                    out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {label} | {us:.1f} | {pct:.0%} |")
+                        pct = 2 * rows * size / (us * 1e-6) / ref_bw
+                        results.append((pct, sb, w, parts, il, un))
+                        out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {knobs} | {us:.1f} | {pct:.0%} |")
         if results:
             best_copy[rows] = max(results)
         del arena
         torch.cuda.empty_cache()
     out()
-    for rows, (pct, sb, w, parts) in best_copy.items():
-        out(f"- best for {rows} rows: split_block {sb}, num_warps {w}, parts {parts or 'default'}: {pct:.0%}")
+    for rows, (pct, sb, w, parts, il, un) in best_copy.items():
+        out(f"- best for {rows} rows: split_block {sb}, num_warps {w}, parts {parts or 'default'}, "
+            f"interleave {il}, unroll {un}: {pct:.0%}")
     out()
 
     # ------------------------------------------------------------------ copy ceilings
@@ -260,8 +264,9 @@ def main(argv=None) -> int:
             changed = torch.ne(expected, snapshot)
             copies = [("default", dict())]
             if rows in best_copy:
-                _, sb, w, parts = best_copy[rows]
-                copies.append((f"{sb}, {w}, {parts or 'default'}", dict(split_block=sb, num_warps=w, parts=parts)))
+                _, sb, w, parts, il, un = best_copy[rows]
+                copies.append((f"{sb}, {w}, {parts or 'default'}, {'interleaved' if il else 'spans'}, unroll {un}",
+                               dict(split_block=sb, num_warps=w, parts=parts, interleave=il, unroll=un)))
             default = (check.CHUNK_WORDS, check.CHUNK_WARPS)
             judges = [(f"{words}, {w}" + (" (default)" if (words, w) == default else ""), words, w)
                       for words, w in dict.fromkeys([default, (512, 2), (512, 4), (1024, 4), (2048, 4)])]
@@ -316,8 +321,8 @@ def main(argv=None) -> int:
             cc = check.ChunkCheck(arena, expected, snapshot, order, int(hot.sum()), 0,
                                   full_every=1 << 30, words=words, num_warps=w)
             counter = torch.zeros(1, dtype=torch.int64, device=dev)
-            kw = dict(split_block=best_copy[rows][1], num_warps=best_copy[rows][2],
-                      parts=best_copy[rows][3]) if rows in best_copy else {}
+            kw = dict(zip(("split_block", "num_warps", "parts", "interleave", "unroll"),
+                          best_copy[rows][1:])) if rows in best_copy else {}
             walk = (lambda: check._walk_chunks[(cc._walk_grid,)](
                 arena, expected, snapshot, cc.sums, cc.order, counter, counter, 0, cc.n, cc.n_chunks, cc.n_check,
                 1 << 30, -1, WORDS=words, HAS_BASE=False, ALIGNED16=True, num_warps=w, num_stages=1))

@@ -54,6 +54,19 @@ def _positive(kind):
     return parse
 
 
+def _processes(text):
+    """'auto' or a count of processes, 0 included."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes (0 or more), got {text!r}")
+    return value
+
+
 def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--device", default="cpu", choices=device_mod.DEVICES,
                    help="cpu runs Triton's interpreter with the race check; cuda runs compiled kernels")
@@ -82,6 +95,9 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--gpus", default=None, metavar="all|N",
                    help="one worker per GPU (implies --isolate and --device cuda)")
     p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
+    p.add_argument("--precompile", type=_processes, default="auto", metavar="auto|N",
+                   help="on cuda, N helper processes build each target's Triton kernels ahead of its turn "
+                        "(auto: the spare cores, at most 8; 0: off)")
     p.add_argument("--hang-timeout", type=_positive(float), default=120.0, metavar="SECONDS",
                    help="a worker silent this long in one case is a hang finding")
     p.add_argument("--fresh", action="store_true", help="ignore a saved, interrupted session with these options")
@@ -320,14 +336,22 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
     """Run the targets under a view; Ctrl-C / SIGTERM stop cleanly, keeping what was found."""
     from . import runner
 
+    from . import precompile
+
+    gpus = _gpu_list(args.gpus, device)
+    helpers = args.precompile
+    if helpers == "auto":
+        helpers = precompile.default_processes(device, len(gpus) if gpus else 1)
     with _View(title, quiet=json_out) as view:
         if isolate or args.gpus:
             return runner.run_isolated(
-                targets, opts, total_time=args.time, workers=args.workers, gpus=_gpu_list(args.gpus, device),
+                targets, opts, total_time=args.time, workers=args.workers, gpus=gpus,
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
                 on_resume=lambda done: err.print(f"resuming a saved session: {len(done)} target(s) already done "
-                                                 f"({', '.join(done)}); --fresh starts over", highlight=False))
-        return runner.run_in_process(targets, opts, total_time=args.time, on_update=view.update)
+                                                 f"({', '.join(done)}); --fresh starts over", highlight=False),
+                precompile_processes=helpers)
+        return runner.run_in_process(targets, opts, total_time=args.time, on_update=view.update,
+                                     precompile_processes=helpers)
 
 
 def _print_reports(reports, title: str, device: str) -> None:

@@ -3,8 +3,9 @@
 A repetition is the target's launches on the current stream, then the judge's
 (one for ``kernels.check.CheckRestore``, two for ``ChunkCheck``): count the
 bytes that differ from the oracle into ``counter[rep]`` and leave the arena
-fit for the next repetition.  The arena is restored once before the first
-repetition.  The host reads ``counter`` once, at the end.
+fit for the next repetition.  Before the first repetition the arena is brought
+back to the snapshot, moving only what can differ from it (``_start``).  The
+host reads ``counter`` once, at the end.
 
 Where it can, the launches go through a CUDA graph: K repetitions are captured
 once (the check's slot is ``k + slot_base[0]``, and the graph ends by adding K
@@ -327,6 +328,19 @@ def _runner(m: Materialized, fn, amplifiable: bool | None) -> Callable[[], None]
     return lambda: m.run(fn, amplifiable)
 
 
+def _start(m: Materialized, bufs: "_Buffers") -> None:
+    """Bring the arena to the snapshot before a batch, moving only what can differ: nothing after
+    ``materialize`` or a restore, the changed chunks after a chunk-judged batch (half of a
+    region-to-region arena), else all of it."""
+    if m.arena_holds == "nothing":
+        return
+    if m.arena_holds == "changes" and bufs.plan is not None:
+        bufs.check.restore_changed()
+        m.arena_holds = "nothing"
+        return
+    m.restore()
+
+
 def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: int = DEFAULT_K,
              capture: Callable | None = None, amplifiable: bool | None = None, judge: str | None = None,
              chunk_words: int | None = None, full_every: int = FULL_EVERY) -> RepResult:
@@ -344,7 +358,7 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     dev = m.arena.device
     counter = torch.zeros(reps, dtype=torch.int64, device=dev)
     last = reps - 1
-    m.restore()
+    _start(m, bufs)
 
     # Every check passes a slot base (one compiled variant; warm-up, capture and loop all use it).
     # All of these are fresh allocations, so Triton sees the same pointer alignment everywhere
@@ -372,6 +386,9 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     cap = capture or cuda_capture
     d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason)
     per_rep = counter.cpu().numpy()  # the one host synchronisation of the batch
+    # the chunks judge leaves the arena differing from the snapshot only where a correct repetition
+    # changes it (its last repetition is full); the full judge restores all of it every repetition
+    m.arena_holds = "changes" if bufs.plan is not None else "nothing"
     used, why = d.used_graph, d.fallback_reason
     del d  # the graph (and its memory pool) may go now that the batch has finished
     bad = np.flatnonzero(per_rep)

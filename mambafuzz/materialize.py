@@ -88,8 +88,12 @@ class Materialized:
     # the latest run's record of a non-amplifiable target's perturbed launches (instrument.LaunchRecord):
     # which kernels got warp delays and why others did not; None when nothing was perturbed
     instrumented: Any = None
+    # what the arena may hold besides the snapshot: "nothing" (just made or restored), "changes" (only
+    # bytes a correct run changes: how a chunk-judged batch leaves it), "anything" (a target ran since)
+    arena_holds: str = "nothing"
 
     def restore(self) -> None:
+        self.arena_holds = "nothing"
         if self._positions is None:
             self.arena.copy_(self._arena_snapshot)
         else:
@@ -112,6 +116,7 @@ class Materialized:
         """
         if amplifiable is None:
             amplifiable = bool(getattr(fn, "amplifiable", False))
+        self.arena_holds = "anything"
         extra = {"arena": self.arena} if accepts(fn, "arena") else {}
         if self.perturb is not None and amplifiable:
             extra["perturb"] = self.perturb

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from typing import Callable
 
-from . import interrupt
+from . import interrupt, precompile
 from .fuzz import FuzzOptions, TargetReport, fuzz_target
 
 Update = Callable[[list[TargetReport]], None]
@@ -27,8 +27,17 @@ def _not_reached(target, opts: FuzzOptions, why: str, interrupted: bool) -> Targ
 
 
 def run_in_process(targets: list, opts: FuzzOptions, *, total_time: float | None = None,
-                   on_update: Update | None = None) -> list[TargetReport]:
-    """Fuzz each target in turn in this process; stops early on a stop signal or a lost CUDA context."""
+                   on_update: Update | None = None, precompile_processes: int = 0) -> list[TargetReport]:
+    """Fuzz each target in turn in this process; stops early on a stop signal or a lost CUDA context.
+
+    `precompile_processes` helpers build the targets' kernels ahead of their turn (``precompile``).
+    """
+    with precompile.ahead(targets, opts, precompile_processes):
+        return _in_process(targets, opts, total_time, on_update)
+
+
+def _in_process(targets: list, opts: FuzzOptions, total_time: float | None,
+                on_update: Update | None) -> list[TargetReport]:
     on_update = on_update or (lambda reports: None)
     reports: list[TargetReport] = []
     end = time.time() + total_time if total_time else None
@@ -65,9 +74,10 @@ def run_in_process(targets: list, opts: FuzzOptions, *, total_time: float | None
 
 def run_isolated(targets: list, opts: FuzzOptions, *, total_time: float | None, workers: int = 1,
                  gpus: list[int] | None = None, hang_timeout: float = 120.0, fresh: bool = False,
-                 on_update: Update | None = None, on_resume: Callable[[list[str]], None] | None = None
-                 ) -> list[TargetReport]:
-    """Targets in worker processes (one per GPU with `gpus`), resumable; cumulative time slices."""
+                 on_update: Update | None = None, on_resume: Callable[[list[str]], None] | None = None,
+                 precompile_processes: int = 0) -> list[TargetReport]:
+    """Targets in worker processes (one per GPU with `gpus`), resumable; cumulative time slices;
+    `precompile_processes` helpers build kernels ahead (``precompile``)."""
     from .session import Session, SessionOptions, plain_options
 
     start = time.time()
@@ -81,4 +91,6 @@ def run_isolated(targets: list, opts: FuzzOptions, *, total_time: float | None, 
     session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())))
     if session.resumed() and on_resume is not None:
         on_resume(session.resumed())
-    return session.run()
+    ahead = [t for t in targets if t.name not in session.done]
+    with precompile.ahead(ahead, opts, precompile_processes, gpus):
+        return session.run()

@@ -118,3 +118,17 @@ def compile_for_sm90(body: str, timeout: int = 600) -> str:
                        capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
     return r.stdout
+
+
+def precompile_probe(task, job, state):
+    """A precompile helper's work for the pool tests: note the task in `job['dir']`, maybe slowly, maybe
+    failing (a target spec of 'boom'), and print (which must reach nobody)."""
+    import time as _time
+    print("helper output that must not reach the run's stdout")
+    state["n"] = state.get("n", 0) + 1
+    _time.sleep(job.get("sleep", 0.0))
+    if task.entry["spec"] == "boom":
+        raise RuntimeError("probe failure")
+    name = f"{task.entry['spec']}-{task.perturb}-{os.getpid()}-{state['n']}"
+    (Path(job["dir"]) / name).write_text("done")
+    return None

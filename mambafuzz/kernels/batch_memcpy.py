@@ -45,6 +45,8 @@ PROGRAMS = 2048       # about this many programs in a launch when rows are split
 SPLIT_MIN = 16 << 10  # bytes per part at least: shorter rows stay in one program
 SPLIT_BLOCK = 8192    # bytes per step of a row that does not overlap itself (no barrier, wider steps)
 ALIGN = 128           # part boundaries after the first: dst at a multiple of this
+INTERLEAVE = False    # the 16-byte path: parts take a row's blocks in turn (True) or a span each
+UNROLL = 1            # the 16-byte path: blocks loaded before the first is stored (1 or 2)
 _SPLIT_MIN = tl.constexpr(SPLIT_MIN)
 _ALIGN = tl.constexpr(ALIGN)
 
@@ -65,46 +67,63 @@ def _parts(n):
 
 
 @triton.jit
-def _copy_disjoint(src_addr, dst_addr, n, BLOCK: tl.constexpr, DELAY_POS: tl.constexpr,
-                   DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr, seed):
-    """Copy ``n`` bytes between ranges that do not overlap (or coincide), ``src == dst`` mod 16.
+def _copy_disjoint(src_addr, dst_addr, n, part, parts, BLOCK: tl.constexpr, UNROLL: tl.constexpr,
+                   DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr, seed):
+    """Part ``part`` of ``parts`` of a copy of ``n`` bytes between ranges that do not overlap (or
+    coincide), ``src == dst`` mod 16.
 
-    A byte head brings both to 16-byte alignment; whole blocks of ``BLOCK``
-    bytes then move as u64 lanes, unmasked, through pointers marked 16-byte
-    aligned (``tl.multiple_of``: an address loaded from memory tells the
-    compiler nothing), so every lane moves 16-byte vectors; the last partial
-    block's words are masked, then a byte tail.  No lane loads a byte another
-    lane stores: no barrier.
+    A byte head (part 0) brings both to 16-byte alignment; whole blocks of
+    ``BLOCK`` bytes then move as u64 lanes, unmasked, through pointers marked
+    16-byte aligned (``tl.multiple_of``: an address loaded from memory tells
+    the compiler nothing), so every lane moves 16-byte vectors.  Part p takes
+    blocks p, p + parts, p + 2 parts, ...: the parts of a row walk it side by
+    side.  ``UNROLL`` blocks are loaded before any is stored.  The last part
+    moves the last partial block's words, masked, then a byte tail.  No lane
+    loads a byte another lane stores: no barrier.
     """
     head = tl.minimum((16 - dst_addr % 16) % 16, n)
-    _move_bytes_small(src_addr, dst_addr, tl.minimum(head, 8), False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
-    _move_bytes_small(src_addr + 8, dst_addr + 8, head - 8, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+    if part == 0:
+        _move_bytes_small(src_addr, dst_addr, tl.minimum(head, 8), False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        _move_bytes_small(src_addr + 8, dst_addr + 8, head - 8, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
     ps = (src_addr + head).to(tl.pointer_type(tl.uint64))
     pd = (dst_addr + head).to(tl.pointer_type(tl.uint64))
     lanes = tl.arange(0, BLOCK // 8).to(tl.int64)
     blocks = (n - head) // BLOCK
-    k = blocks * 0
-    while k < blocks:
+    k = part
+    while k + (UNROLL - 1) * parts < blocks:
         o = k * (BLOCK // 8) + lanes
         _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         x = tl.load(tl.multiple_of(ps + o, 16))
+        if UNROLL == 2:
+            o2 = o + parts * (BLOCK // 8)
+            x2 = tl.load(tl.multiple_of(ps + o2, 16))
         _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         tl.store(tl.multiple_of(pd + o, 16), x)
-        k += 1
-    words = (n - head - blocks * BLOCK) // 8
-    o = blocks * (BLOCK // 8) + lanes
-    m = lanes < words
-    _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
-    x = tl.load(ps + o, mask=m)
-    _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
-    tl.store(pd + o, x, mask=m)
-    t = head + blocks * BLOCK + words * 8
-    _move_bytes_small(src_addr + t, dst_addr + t, n - t, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        if UNROLL == 2:
+            tl.store(tl.multiple_of(pd + o2, 16), x2)
+        k += UNROLL * parts
+    if UNROLL == 2:
+        if k < blocks:
+            o = k * (BLOCK // 8) + lanes
+            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            x = tl.load(tl.multiple_of(ps + o, 16))
+            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            tl.store(tl.multiple_of(pd + o, 16), x)
+    if part == parts - 1:
+        words = (n - head - blocks * BLOCK) // 8
+        o = blocks * (BLOCK // 8) + lanes
+        m = lanes < words
+        _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        x = tl.load(ps + o, mask=m)
+        _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        tl.store(pd + o, x, mask=m)
+        t = head + blocks * BLOCK + words * 8
+        _move_bytes_small(src_addr + t, dst_addr + t, n - t, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
 
 
 @triton.jit(do_not_specialize=["seed"])
 def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
-                         NOGUARD_LEFT: tl.constexpr, FORWARD_RIGHT: tl.constexpr,
+                         INTERLEAVE: tl.constexpr, UNROLL: tl.constexpr, NOGUARD_LEFT: tl.constexpr, FORWARD_RIGHT: tl.constexpr,
                          DROP_TAIL: tl.constexpr, CHECK_DST_ALIGN_ONLY: tl.constexpr,
                          DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr):
     row = tl.program_id(0)
@@ -131,8 +150,12 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, S
             else:
                 fast = (src - dst) % 16 == 0
             if fast:
-                _copy_disjoint(src + lo, dst + lo, hi - lo, SPLIT_BLOCK, DELAY_POS=DELAY_POS,
-                               DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
+                if INTERLEAVE:  # the row's blocks dealt out to its parts in turn
+                    _copy_disjoint(src, dst, n, part, parts, SPLIT_BLOCK, UNROLL, DELAY_POS=DELAY_POS,
+                                   DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
+                else:  # each part a span of its own
+                    _copy_disjoint(src + lo, dst + lo, hi - lo, 0, 1, SPLIT_BLOCK, UNROLL, DELAY_POS=DELAY_POS,
+                                   DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
             else:
                 _move_span(src + lo, dst + lo, hi - lo, BLOCK,
                            NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
@@ -173,14 +196,17 @@ def _check_vec(name, t):
 
 
 def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
-                 block=BLOCK, split_block=SPLIT_BLOCK, parts=None, num_warps=4, perturb=None):
+                 block=BLOCK, split_block=SPLIT_BLOCK, parts=None, interleave=INTERLEAVE, unroll=UNROLL,
+                 num_warps=4, perturb=None):
     """memmove ``sizes[i]`` bytes from ``src_ptrs[i]`` to ``dst_ptrs[i]`` for every i.
 
     ``arena`` is accepted for the contract and ignored (pointers are absolute).
     ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
     warps to make races show; its ``num_warps`` replaces ``num_warps``.
-    ``split_block`` and ``parts`` (the most programs a row is split over;
-    default ``parts_cap``) are for tuning (``bench/tune_large.py``).
+    ``split_block``, ``parts`` (the most programs a row is split over;
+    default ``parts_cap``), ``interleave`` (parts take a row's blocks in turn
+    rather than a span each) and ``unroll`` (1 or 2 blocks loaded before
+    storing) are for tuning (``bench/tune_large.py``).
     """
     for name, t in (("src_ptrs", src_ptrs), ("dst_ptrs", dst_ptrs), ("sizes", sizes)):
         _check_vec(name, t)
@@ -193,4 +219,5 @@ def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
         cap = min(cap, parts_needed(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist(), cap))
     # on a GPU each row's count is decided in the kernel: no host synchronisation
     launch(_batch_memcpy_kernel, (n, cap), (src_ptrs, dst_ptrs, sizes), perturb=perturb,
-           num_warps=num_warps, BLOCK=block, SPLIT_BLOCK=split_block, **flags)
+           num_warps=num_warps, BLOCK=block, SPLIT_BLOCK=split_block, INTERLEAVE=bool(interleave),
+           UNROLL=2 if unroll == 2 else 1, **flags)

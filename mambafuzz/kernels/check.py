@@ -340,6 +340,24 @@ def _walk_chunks(arena, expected, snapshot, sums, order, counter, slot_base, slo
             tl.atomic_add(counter + idx, total.to(tl.int64))
 
 
+@triton.jit(do_not_specialize=["n"])
+def _restore_chunks(arena, snapshot, order, n, WORDS: tl.constexpr, ALIGNED16: tl.constexpr):
+    """Store the snapshot over chunk ``order[p]``: the start of a batch, when only the changed chunks
+    can differ from it (``ChunkCheck.restore_changed``)."""
+    c = tl.load(order + tl.program_id(0).to(tl.int64))
+    n = n.to(tl.int64)
+    n_words = n // 8
+    a64 = arena.to(tl.pointer_type(tl.uint64))
+    s64 = snapshot.to(tl.pointer_type(tl.uint64))
+    if c < (n - 1) // (WORDS * 8):
+        _count_or_copy(a64, s64, c * WORDS, n_words, WORDS, False, False, ALIGNED16)
+    else:
+        _count_or_copy(a64, s64, c * WORDS, n_words, WORDS, False, True, ALIGNED16)
+        toffs = n_words * 8 + tl.arange(0, 8).to(tl.int64)
+        mt = toffs < n
+        tl.store(arena + toffs, tl.load(snapshot + toffs, mask=mt, other=0), mask=mt)
+
+
 def _bytes(name, t, device=None):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"check_restore: {name} must be a tensor")
@@ -517,6 +535,17 @@ class ChunkCheck:
         _walk_chunks[(self._walk_grid,)](
             self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
             self.n_chunks, self.n_check, self.full_every, last_slot, **common)
+
+    def restore_changed(self) -> None:
+        """Store the snapshot over the ``n_check`` changed chunks (and the aux buffer): all a batch must
+        restore at its start when the arena can differ from the snapshot only where a correct
+        repetition changes it, as every batch of this judge leaves it (its last repetition is full)."""
+        if self.n_check:
+            _restore_chunks[(self.n_check,)](self.arena, self.snapshot, self.order, self.n, WORDS=self._words,
+                                             ALIGNED16=self._aligned16, num_warps=self._num_warps, num_stages=1)
+        aux, _, aux_snapshot, n_aux = self._aux
+        if self._has_aux:
+            aux.copy_(aux_snapshot)
 
 
 def check_restore(arena, expected, snapshot, counter, n=None, *, slot=0, slot_base=None,

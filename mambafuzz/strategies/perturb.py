@@ -32,3 +32,17 @@ def perturbs(draw) -> tuple[int, int, int, int, int] | None:
 def maybe_perturb(draw, profile) -> tuple[int, int, int, int, int] | None:
     """Draw a perturbation when the profile amplifies; draw nothing otherwise."""
     return draw(perturbs()) if getattr(profile, "amplify", False) else None
+
+
+def compile_classes(profile) -> list[tuple[int, int, int, int, int] | None]:
+    """One perturbation per kernel build a draw can need (``precompile``): what a kernel compiles on is
+    its warp count and whether and where warps sleep, not the delay, schedule or seed (those ride in a
+    runtime word, ``kernels.perturb``).  ``[None]`` for a profile that draws no perturbation."""
+    if not getattr(profile, "amplify", False):
+        return [None]
+    classes: list[tuple[int, int, int, int, int] | None] = [None]
+    for warps in WARPS:
+        if warps != 4:
+            classes.append((1, 0, 0, 0, warps))
+        classes += [(position, DELAYS_NS[1], SCHEDULES[0], 0, warps) for position in POSITIONS]
+    return classes

@@ -713,6 +713,50 @@ def test_chunks_judge_with_postprocess_accepted_counts():
     assert m.args["num_accepted"].tolist() == list(case.num_accepted)  # restored
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_restore_changed_stores_the_snapshot_over_the_changed_chunks_only(device):
+    rng = np.random.default_rng(4)
+    n = CB * 6 + 5                                   # 7 chunks, the last one 5 bytes
+    arena = torch.from_numpy(rng.integers(0, 256, n, dtype=np.uint8)).to(device)
+    snapshot = torch.from_numpy(rng.integers(0, 256, n, dtype=np.uint8)).to(device)
+    before = arena.cpu().numpy().copy()
+    order = [6, 2, 3, 0, 1, 4, 5]                    # changed: the byte tail's chunk, 2 and 3
+    cc = ChunkCheck(arena, snapshot.clone(), snapshot, order, 3, 0, full_every=4, words=W)
+    cc.restore_changed()
+    got, snap = arena.cpu().numpy(), snapshot.cpu().numpy()
+    for c in range(7):
+        lo, hi = c * CB, min(n, (c + 1) * CB)
+        want = snap if c in (6, 2, 3) else before
+        assert np.array_equal(got[lo:hi], want[lo:hi]), c
+
+
+def test_a_batch_starts_from_the_snapshot_moving_only_what_can_differ(monkeypatch):
+    """Just made: nothing is restored.  After a chunk-judged batch: only the changed chunks (a
+    target that writes nothing must then fail every repetition: had the expectation stayed, it
+    would pass).  After a plain run of the target: all of it."""
+    m = materialize(CHUNK_CASES["disjoint"][1](), "cpu")
+    good = registry.get("triton.batch_memcpy").fn
+    calls = []
+    restore = m.restore
+    monkeypatch.setattr(m, "restore", lambda: (calls.append("all"), restore())[1])
+    monkeypatch.setattr(ChunkCheck, "restore_changed",
+                        lambda self, _orig=ChunkCheck.restore_changed: (calls.append("changed"), _orig(self))[1])
+    assert run_reps(m, good, 4, judge="chunks", chunk_words=W).failures == 0
+    assert calls == [] and m.arena_holds == "changes"
+    writes_nothing = lambda *a, **kw: None  # noqa: E731
+    r = run_reps(m, writes_nothing, 3, judge="chunks", chunk_words=W)
+    differing = int(np.count_nonzero(m.expected != m.snapshot))
+    assert calls == ["changed"] and r.per_rep_mismatch.tolist() == [differing] * 3
+    calls.clear()
+    m.run(good)
+    assert m.arena_holds == "anything"
+    assert run_reps(m, good, 2, judge="chunks", chunk_words=W).failures == 0
+    assert calls == ["all"]
+    calls.clear()
+    assert run_reps(m, good, 2, judge="full").failures == 0  # after a chunks batch, the full judge's plan-free start
+    assert calls == ["all"] and m.arena_holds == "nothing"
+
+
 # --------------------------------------------------------------------------
 # the engine's device path (reps_verdict), driven on the CPU
 # --------------------------------------------------------------------------

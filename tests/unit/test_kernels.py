@@ -292,19 +292,21 @@ def test_batch_memcpy_splits_long_rows_exactly(device):
 def test_batch_memcpy_bytes_do_not_depend_on_the_grid(device):
     """The tuning knobs change who copies what, never the bytes: any parts cap, any step."""
     from mambafuzz.kernels.batch_memcpy import batch_memcpy
-    for parts in (1, 2, 3, 7, 64):
-        for split_block in (1024, 4096):
-            arena, snap = make_arena(4, SPLIT_ARENA, device)
-            rows = np.asarray(SPLIT_ROWS, dtype=np.int64)
-            base = arena.data_ptr()
-            expected = oracle.expect_batch(snap, rows[:, 0], rows[:, 1], rows[:, 2])
-            batch_memcpy(i64(rows[:, 0] + base, device), i64(rows[:, 1] + base, device), i64(rows[:, 2], device),
-                         parts=parts, split_block=split_block)
-            assert same(arena.cpu().numpy(), expected), (parts, split_block)
+    knobs = [(parts, split_block, interleave, unroll) for parts in (1, 2, 3, 7, 64) for split_block in (1024, 4096)
+             for interleave, unroll in ((False, 1), (True, 2) if parts % 2 else (True, 1), (False, 2))]
+    for parts, split_block, interleave, unroll in knobs:
+        arena, snap = make_arena(4, SPLIT_ARENA, device)
+        rows = np.asarray(SPLIT_ROWS, dtype=np.int64)
+        base = arena.data_ptr()
+        expected = oracle.expect_batch(snap, rows[:, 0], rows[:, 1], rows[:, 2])
+        batch_memcpy(i64(rows[:, 0] + base, device), i64(rows[:, 1] + base, device), i64(rows[:, 2], device),
+                     parts=parts, split_block=split_block, interleave=interleave, unroll=unroll)
+        assert same(arena.cpu().numpy(), expected), (parts, split_block, interleave, unroll)
 
 
 @interp_only
-def test_batch_memcpy_gpu_grid_gives_the_same_bytes():
+@pytest.mark.parametrize("interleave, unroll", [(False, 1), (True, 1), (True, 2), (False, 2)])
+def test_batch_memcpy_gpu_grid_gives_the_same_bytes(interleave, unroll):
     """The GPU launch (MAX_PARTS parts for every row, idle ones exit) as the interpreter runs it."""
     from mambafuzz.kernels.batch_memcpy import _batch_memcpy_kernel, _flags
     arena, snap = make_arena(4, SPLIT_ARENA, "cpu")
@@ -312,7 +314,8 @@ def test_batch_memcpy_gpu_grid_gives_the_same_bytes():
     base = arena.data_ptr()
     expected = oracle.expect_batch(snap, rows[:, 0], rows[:, 1], rows[:, 2])
     _batch_memcpy_kernel[(len(rows), MAX_PARTS)](i64(rows[:, 0] + base, "cpu"), i64(rows[:, 1] + base, "cpu"),
-                                                 i64(rows[:, 2], "cpu"), 0, BLOCK=BLOCK, SPLIT_BLOCK=SPLIT_BLOCK, **_flags(None),
+                                                 i64(rows[:, 2], "cpu"), 0, BLOCK=BLOCK, SPLIT_BLOCK=SPLIT_BLOCK,
+                                                 INTERLEAVE=interleave, UNROLL=unroll, **_flags(None),
                                                  DELAY_POS=0, DELAY_NS=0, SCHEDULE=0)
     assert same(arena.numpy(), expected)
 
