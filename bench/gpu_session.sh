@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU work, every step's exact command logged with the commit it ran at.
 # Usage (on the GPU box, repo root): OUT=/some/dir MF_COMMIT=<sha> bash bench/gpu_session.sh STEP...
-# Steps: info tests tune precompile reps kernel racy amp ampzoo useramp racemap.  Results go to $OUT/w/ and, at the
+# Steps: info tests tune precompile reps reps100 kernel racy amp ampzoo useramp racemap.  Results go to $OUT/w/ and, at the
 # end, into one archive $OUT/gpu_results.tgz (the device tool brings few files back).
 set -u
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -27,6 +27,7 @@ for step in "$@"; do
     tune) run tune 300 "python3 bench/tune_large.py --out $W/tune_large.md > $W/tune_large.log 2>&1; tail -60 $W/tune_large.md" ;;
     precompile) run precompile 400 "python3 bench/precompile_bench.py --out $W/precompile.md > $W/precompile.log 2>&1; cat $W/precompile.md" ;;
     reps) run reps 300 "python3 bench/gpu_bench.py --pairs 3 --out $W/gpu_bench.md > $W/gpu_bench.log 2>&1; tail -30 $W/gpu_bench.log" ;;
+    reps100) run reps100 300 "python3 bench/gpu_bench.py --pairs 3 --reps-large 100 --out $W/gpu_bench_100.md > $W/gpu_bench_100.log 2>&1; tail -12 $W/gpu_bench_100.log" ;;
     kernel) run kernel 200 "python3 bench/kernel_bench.py --out $W/kernel_bench.md > $W/kernel_bench.log 2>&1; tail -5 $W/kernel_bench.log" ;;
     racy) run racy 240 "python3 bench/gpu_racy.py --reps 100 --out $W/gpu_racy.md > $W/gpu_racy.log 2>&1; tail -5 $W/gpu_racy.log" ;;
     amp) run amp 280 "python3 bench/amplify_bench.py --out $W/amplify.md > $W/amplify.log 2>&1; tail -5 $W/amplify.log" ;;

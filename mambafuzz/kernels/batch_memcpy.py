@@ -7,18 +7,23 @@ memmove of ``sizes[i]`` bytes (full overlap support, both directions).
 ``perturb`` (``kernels.perturb.Perturb``) sleeps chosen warps to make races show.
 
 Splitting long rows: a row whose source and destination do not overlap (or
-overlap exactly) is cut into ``min(parts, ceil(size / SPLIT_MIN))`` parts,
+overlap exactly) is shared by ``min(parts, ceil(size / SPLIT_MIN))`` programs,
 ``parts`` being the grid's second dimension; program (row, p) copies part p.
 Parts cover disjoint bytes and read none another part writes, so no ordering
-between programs is needed.  Part boundaries after the first sit where ``dst``
-is ``ALIGN``-byte aligned, so only the first part has a byte head and only the
-last a byte tail (the zoo's TAIL-DROP drops the same bytes as unsplit).  A part
-whose source and destination agree mod 16 is copied by ``_copy_disjoint``:
-unmasked whole blocks of ``SPLIT_BLOCK`` bytes through pointers marked 16-byte
-aligned, so every lane moves 16-byte vectors (``_move_span``'s masked u64
-lanes reached about three quarters of ``copy_`` on an H200, this 85-89%:
-``bench/tune_large.py``); other parts, and every part of the TAIL-DROP and
-MISALIGN variants, go through ``_move_span`` in steps of ``BLOCK`` (wider
+between programs is needed.  When source and destination agree mod 16, the
+row goes to ``_copy_disjoint``: a byte head (part 0) to 16-byte alignment,
+then whole blocks of ``SPLIT_BLOCK`` bytes dealt out to the parts in turn
+(``INTERLEAVE``: the parts walk the row side by side), unmasked, through
+pointers marked 16-byte aligned so every lane moves 16-byte vectors, two
+blocks loaded before either is stored (``UNROLL``), and the last partial block
+and byte tail (the last part).  ``_move_span``'s masked u64 lanes reached
+about three quarters of ``copy_`` on an H200, this path 86-91% over every
+shape tried (``bench/tune_large.py``; the interleaved, unrolled default was
+the best at 4 warps, by 2-3 points).  Other rows, and every row of the
+TAIL-DROP and MISALIGN variants, are cut into spans whose boundaries after the
+first sit where ``dst`` is ``ALIGN``-byte aligned, so only the first span has a
+byte head and only the last a byte tail (TAIL-DROP drops the same bytes as
+unsplit); each span goes through ``_move_span`` in steps of ``BLOCK`` (wider
 byte lanes there would cost the whole kernel its registers).
 A row that overlaps itself stays in program (row, 0), walking away from the
 overlap with the barrier of ``_move_span``: a second program could store bytes
@@ -40,13 +45,13 @@ from .copy import _move_bytes_small, _move_span, _perturb
 from .launch import launch, variant_flags
 
 BLOCK = 1024  # bytes per body chunk
-MAX_PARTS = 32        # programs one row may be split over, at most
-PROGRAMS = 2048       # about this many programs in a launch when rows are split (see parts_cap)
+MAX_PARTS = 64        # programs one row may be split over, at most
+PROGRAMS = 4096       # about this many programs in a launch when rows are split (see parts_cap)
 SPLIT_MIN = 16 << 10  # bytes per part at least: shorter rows stay in one program
 SPLIT_BLOCK = 8192    # bytes per step of a row that does not overlap itself (no barrier, wider steps)
 ALIGN = 128           # part boundaries after the first: dst at a multiple of this
-INTERLEAVE = False    # the 16-byte path: parts take a row's blocks in turn (True) or a span each
-UNROLL = 1            # the 16-byte path: blocks loaded before the first is stored (1 or 2)
+INTERLEAVE = True     # the 16-byte path: parts take a row's blocks in turn (True) or a span each
+UNROLL = 2            # the 16-byte path: blocks loaded before the first is stored (1 or 2)
 _SPLIT_MIN = tl.constexpr(SPLIT_MIN)
 _ALIGN = tl.constexpr(ALIGN)
 

@@ -274,10 +274,10 @@ def test_parts_needed_counts_only_rows_that_do_not_overlap():
     assert parts_needed([16], [0], [100 * SPLIT_MIN]) == 1  # overlaps itself
     assert parts_needed([], [], []) == 1
     # the cap comes from the row count: about PROGRAMS programs in all
-    assert (parts_cap(1), parts_cap(64), parts_cap(256), parts_cap(4096)) == (MAX_PARTS, 32, 8, 1)
+    assert (parts_cap(1), parts_cap(64), parts_cap(256), parts_cap(4096)) == (MAX_PARTS, 64, 16, 1)
     long_rows = [[i * 200 * SPLIT_MIN for i in range(256)], [(i * 200 + 100) * SPLIT_MIN for i in range(256)],
                  [100 * SPLIT_MIN] * 256]
-    assert parts_needed(*long_rows) == 8
+    assert parts_needed(*long_rows) == 16
     assert parts_needed(*long_rows, cap=3) == 3
 
 
@@ -924,9 +924,12 @@ def test_registry_import_does_not_import_mambafuzz():
 # (common.compile_for_sm90)
 # --------------------------------------------------------------------------
 _COMPILE_CODE = r'''
-for v in (None,) + BM_FLAGS:
-    comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, "SPLIT_BLOCK": 16384, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
-from mambafuzz.kernels.check import _check_chunks, _walk_chunks, _sum_chunks
+for i, v in enumerate((None,) + BM_FLAGS):  # every zoo flag; interleaved or spans, unrolled or not
+    comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, "SPLIT_BLOCK": 8192, "INTERLEAVE": i % 2 == 0,
+                                        "UNROLL": 1 + (i // 2) % 2, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
+from mambafuzz.kernels.check import _check_chunks, _walk_chunks, _sum_chunks, _restore_chunks
+comp(_restore_chunks, {"arena": "*u8", "snapshot": "*u8", "order": "*i64", "n": "i64"},
+     {"WORDS": 512, "ALIGNED16": True}, 2)
 CHK = {"arena": "*u8", "expected": "*u8", "snapshot": "*u8", "sums": "*i64", "order": "*i64",
        "counter": "*i64", "slot_base": "*i64", "slot": "i32", "n": "i64", "n_check": "i32"}
 for aux, base in ((False, False), (True, True)):
