@@ -2,8 +2,10 @@
 
 The CLI and the session both come here.  ``--time`` is the whole run's budget,
 shrinking included: each target gets an equal share of what is left when it
-starts (in this process) or a cumulative slice (workers), and leftover time
-flows to the targets after it.  A target whose share is gone before it starts
+starts (in this process, or in each worker), so leftover time flows to the
+targets after it and no target's shrinking eats the shares of those after it
+(a cumulative slice did: a 150 s zoo caught a row early, shrank it for 60 s
+and left four rows no time at all).  A target whose share is gone before it starts
 is reported as not run, never dropped.  A stop signal ends the current
 example, then every target not reached is reported as interrupted.
 """
@@ -80,12 +82,10 @@ def run_isolated(targets: list, opts: FuzzOptions, *, total_time: float | None, 
     `precompile_processes` helpers build kernels ahead (``precompile``)."""
     from .session import Session, SessionOptions, plain_options
 
-    start = time.time()
-    share = total_time / len(targets) if total_time and targets else None
-    entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
-                "deadline": start + share * (i + 1) if share else None,
+    end = time.time() + total_time if total_time else None
+    entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap, "end": end,
                 **({"path": t.path} if getattr(t, "path", None) else {})}
-               for i, t in enumerate(targets)]
+               for t in targets]
     sopts = SessionOptions(device=opts.device, options={**plain_options(opts), "time_budget": None},
                            workers=workers, gpus=gpus, hang_timeout=hang_timeout, fresh=fresh)
     session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())))

@@ -50,6 +50,15 @@ class WorkerSpec:
 
 
 # --------------------------------------------------------------------- worker
+def share_end(end: float | None, left: int) -> float | None:
+    """The end (``time.time()``) of a target's share: an equal part of what is left of the run
+    before ``end``, over the ``left`` targets this worker still has, this one included."""
+    if end is None:
+        return None
+    now = time.time()
+    return now + (end - now) / max(1, left)
+
+
 def _worker_main(spec: WorkerSpec, conn) -> None:
     """Runs in the child: fuzz each target, narrating every case to the parent."""
     try:  # the parent's stdout may be a --json document: a kernel's or Triton's prints go to stderr
@@ -72,14 +81,14 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     if opts_fields.get("seed") is not None:
         opts_fields["seed"] += spec.seed_offset
     conn.send(("hello", os.getpid()))
-    for entry in spec.targets:
+    for i, entry in enumerate(spec.targets):
         try:
             target = resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
         except UsageError as exc:
             conn.send(("report", TargetReport(entry["spec"], entry.get("contract") or "?", stop="not-run",
                                               detail=str(exc)).to_json()))
             continue
-        opts = FuzzOptions(**{**opts_fields, "deadline": entry.get("deadline")})
+        opts = FuzzOptions(**{**opts_fields, "deadline": share_end(entry.get("end"), len(spec.targets) - i)})
         conn.send(("target", target.name))
         last = [0.0]
 
@@ -142,7 +151,7 @@ class _Live:
 
 def session_key(targets: list[dict], sopts: SessionOptions) -> str:
     """Same targets and options -> same key -> resume from the same state file."""
-    body = {"targets": [{k: v for k, v in t.items() if k != "deadline"} for t in targets], "device": sopts.device,
+    body = {"targets": [{k: v for k, v in t.items() if k != "end"} for t in targets], "device": sopts.device,
             "options": {k: v for k, v in sopts.options.items() if k not in ("time_budget",)}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

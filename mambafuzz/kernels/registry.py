@@ -165,7 +165,8 @@ def _named(fn, name, doc):
 
 
 _TRITON_BUILTINS = (
-    (_bm.batch_memcpy, "Triton batched memmove, one program per copy; barriers only on overlap"),
+    (_bm.batch_memcpy, "Triton batched memmove: long rows split over programs; a row that overlaps itself "
+                       "stays in one, with barriers"),
     (_sc.state_copy, "Triton fused SD/DS/temporal state copy, grid (requests, states, tiles)"),
     (_pp.postprocess,
      "Triton fused align-mode postprocess (decision + state copy + accepted update)"),

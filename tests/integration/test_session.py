@@ -72,6 +72,49 @@ def test_time_budget_with_a_hanging_target_still_fuzzes_the_rest(workdir):
     assert time.monotonic() - start < 90
 
 
+SHARE_TARGETS = textwrap.dedent('''
+    import time
+
+    def _memmove(src_ptrs, dst_ptrs, sizes, arena):
+        base = arena.data_ptr()
+        for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+            arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+
+    def ok_a(src_ptrs, dst_ptrs, sizes, *, arena): _memmove(src_ptrs, dst_ptrs, sizes, arena)
+    def ok_b(src_ptrs, dst_ptrs, sizes, *, arena): _memmove(src_ptrs, dst_ptrs, sizes, arena)
+    def ok_c(src_ptrs, dst_ptrs, sizes, *, arena): _memmove(src_ptrs, dst_ptrs, sizes, arena)
+    def ok_d(src_ptrs, dst_ptrs, sizes, *, arena): _memmove(src_ptrs, dst_ptrs, sizes, arena)
+
+    def slow_wrong(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Drops the last byte of rows of 40 bytes or more, and takes a second a call: found at
+        once, shrunk slowly (every candidate costs a second)."""
+        time.sleep(1.0)
+        _memmove(src_ptrs, dst_ptrs, (sizes - (sizes >= 40).long()).clamp(min=0), arena)
+
+    def ok_last(src_ptrs, dst_ptrs, sizes, *, arena):
+        time.sleep(0.1)
+        _memmove(src_ptrs, dst_ptrs, sizes, arena)
+''')
+
+
+def test_a_target_found_late_shrinks_within_its_share_of_what_is_left(tmp_path):
+    """Four targets done in a second or two leave their time to the rest; the slow shrink of the
+    fifth must take its equal share of that, not all of it up to its cumulative slice's end (which
+    in a 150 s amplified zoo left the last rows no time)."""
+    (tmp_path / "sharek.py").write_text(SHARE_TARGETS)
+    names = ["ok_a", "ok_b", "ok_c", "ok_d", "slow_wrong", "ok_last"]
+    proc = mf("fuzz", *[a for n in names for a in ("--target", f"sharek:{n}")], "--contract", "batch_memcpy",
+              "--device", "cpu", "--time", "40", "--max-examples", "20", "--min-examples", "5", "--isolate",
+              "--json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    by = {t["target"].split(":")[1]: t for t in json.loads(proc.stdout)["targets"]}
+    assert by["slow_wrong"]["status"] == "finding"
+    # what was left when it started (40 s less the quick four) over the two targets left: about 17 s;
+    # the cumulative slice ended at 5/6 of 40 s, over 25 s after it started
+    assert by["slow_wrong"]["seconds"] < 21, by["slow_wrong"]["seconds"]
+    assert by["ok_last"]["status"] == "clean" and by["ok_last"]["examples"] == 20
+
+
 def test_sigterm_saves_the_session_and_the_next_run_resumes(workdir):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}", "COLUMNS": "200"}
     env.pop("TRITON_INTERPRET", None)
