@@ -144,6 +144,28 @@ def test_wrong_batch_copy_shrinks_to_a_tiny_arena(seed, fn, max_arena, row_bytes
         assert case.copies[0][2] == row_bytes, case
 
 
+def test_a_spent_shrink_budget_leaves_hypothesis_at_once(tmp_path, monkeypatch):
+    """Once the shrink budget is spent, the next shrink candidate ends the run: the first failure
+    stands (saved, reported).  Passing every later candidate instead let Hypothesis's shrinker draw
+    thousands of them: a GPU zoo row shrank 35 s past its share of --time."""
+    from mambafuzz import fuzz as fuzz_module
+    examples = []
+    monkeypatch.setattr(fuzz_module.interrupt, "check", lambda: examples.append(1))  # once per example
+
+    def copies_nothing(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Wrong for every row of one byte or more."""
+
+    target = Target(name="test.copies_nothing", contract="batch_memcpy", kind="user", overlap="full",
+                    description="wrong", fn=copies_nothing)
+    opts = FuzzOptions(device="cpu", mode="compare", max_examples=200, shrink_budget=0.0, seed=1,
+                       database=None, crashes_dir=tmp_path, profile=strategies.CPU)
+    report = fuzz_target(target, opts)
+    assert report.finding is not None and report.stop == "finding"
+    assert report.finding.path is not None and report.finding.path.exists()
+    # examples before the first failure, the failing one, then one shrink candidate that ends it
+    assert len(examples) == report.finding.examples_to_first + 1, (len(examples), report.finding.examples_to_first)
+
+
 def test_sizes_order_fewer_rows_before_fewer_bytes_before_layout():
     small_rows = BatchCopyCase(arena_size=1 << 20, copies=((0, 1 << 19, 4096),))
     more_rows = BatchCopyCase(arena_size=4, copies=((0, 1, 1), (2, 3, 1)))
