@@ -58,13 +58,9 @@ def _processes(text):
     """'auto' or a count of processes, 0 included."""
     if text == "auto":
         return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes (0 or more), got {text!r}")
-    return value
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected 'auto' or a number of processes (0 or more), got {text!r}")
 
 
 def _add_run_options(p, *, max_examples: int, time_default: float | None):
