@@ -78,8 +78,9 @@ def run_isolated(targets: list, opts: FuzzOptions, *, total_time: float | None, 
                  gpus: list[int] | None = None, hang_timeout: float = 120.0, fresh: bool = False,
                  on_update: Update | None = None, on_resume: Callable[[list[str]], None] | None = None,
                  precompile_processes: int = 0) -> list[TargetReport]:
-    """Targets in worker processes (one per GPU with `gpus`), resumable; cumulative time slices;
-    `precompile_processes` helpers build kernels ahead (``precompile``)."""
+    """Targets in worker processes (one per GPU with `gpus`), resumable; each target's share is
+    decided in its worker when it starts (``session.share_end``); `precompile_processes` helpers
+    build kernels ahead (``precompile``)."""
     from .session import Session, SessionOptions, plain_options
 
     end = time.time() + total_time if total_time else None
