@@ -17,6 +17,7 @@ case unperturbed.  In the interpreter the perturbation compiles to nothing.
 """
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,7 +188,7 @@ def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None) ->
 
 
 def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", amplifiable: bool | None = None,
-                 graph: bool | None = None) -> Verdict:
+                 graph: bool | None = None, end: float | None = None) -> Verdict:
     """`reps` repetitions judged on the device (``gpu_reps.run_reps``: one sync per batch).
 
     failures = repetitions whose byte count was nonzero; the evidence is the
@@ -195,26 +196,30 @@ def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", ampli
     `graph` None reads MAMBAFUZZ_CUDA_GRAPH ("0" never, "1" always, unset auto).
     ``MAMBAFUZZ_HOST_REPS=1`` makes run_case skip this and judge every
     repetition on the host as before (timing between repetitions differs, and
-    with it what a race shows).
+    with it what a race shows).  Past `end` (``time.monotonic()``) the batch
+    stops launching repetitions (``gpu_reps.TimeBox``): the verdict counts the ones that ran.
     """
     from .gpu_reps import failing_mismatch, graph_from_env, run_reps
 
     verdict = Verdict(reps=0, failures=0, mode=mode)
     try:
         res = run_reps(m, fn, reps, graph=graph_from_env() if graph is None else graph,
-                       amplifiable=amplifiable)
+                       amplifiable=amplifiable, end=end)
         verdict.reps, verdict.failures = res.reps, res.failures
-        verdict.mismatch = failing_mismatch(m, fn, res, amplifiable=amplifiable)
+        verdict.mismatch = failing_mismatch(m, fn, res, amplifiable=amplifiable, end=end)
     except Exception as exc:  # judged like any other target exception
         _judge_exception(verdict, exc, "cuda")
     return verdict
 
 
 def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare",
-             amplifiable: bool | None = None) -> Verdict:
+             amplifiable: bool | None = None, end: float | None = None) -> Verdict:
     """Materialise `case`, run `fn` `reps` times from the snapshot, judge each run.
 
     `amplifiable` says whether `fn` takes ``perturb=`` (None: ``fn.amplifiable``).
+    Past `end` (``time.monotonic()``) no further repetition starts, the first
+    always runs: a kernel slow enough to outlast a run's ``--time`` in a batch
+    of repetitions then costs one repetition past it, not the batch.
     Raises CaseError (the case cannot be checked), Inconclusive or InternalError;
     any other exception outside the target's own call is mambafuzz's, made an
     InternalError here.
@@ -222,28 +227,32 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     if mode not in MODES:
         raise ValueError(f"unknown check mode {mode!r}")
     try:
-        return _run_case(fn, case, device, reps, mode, amplifiable)
+        return _run_case(fn, case, device, reps, mode, amplifiable, end)
     except (CaseError, Inconclusive, InternalError):
         raise
     except Exception as exc:
         raise _ours("running the case", exc) from exc
 
 
-def _run_case(fn, case: Case, device: str, reps: int, mode: str, amplifiable: bool | None) -> Verdict:
+def _run_case(fn, case: Case, device: str, reps: int, mode: str, amplifiable: bool | None,
+              end: float | None = None) -> Verdict:
     m = materialize(case, device)
-    verdict = _judged(fn, m, device, reps, mode, amplifiable)
+    verdict = _judged(fn, m, device, reps, mode, amplifiable, end)
     if m.instrumented is not None:  # a user kernel's launches were perturbed: say which, and which not
         verdict.instrumented = m.instrumented.to_json()
     return verdict
 
 
-def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable: bool | None) -> Verdict:
+def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable: bool | None,
+            end: float | None = None) -> Verdict:
     if device == "cuda" and reps > 1 and mode == "compare":
         from .gpu_reps import device_reps_enabled
         if device_reps_enabled():  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
-            return reps_verdict(m, fn, reps, mode=mode, amplifiable=amplifiable)
+            return reps_verdict(m, fn, reps, mode=mode, amplifiable=amplifiable, end=end)
     verdict = Verdict(reps=0, failures=0, mode=mode)
     for rep in range(max(1, reps)):
+        if rep and end is not None and time.monotonic() > end:
+            break
         recorder = None
         if device == "cpu" and rep == 0:  # on the CPU the recorder also fences off wild pointers
             from .racecheck import RaceRecorder

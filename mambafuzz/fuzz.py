@@ -301,18 +301,24 @@ def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None
         report.context_lost = True
 
 
+def _past(until: float | None) -> Callable[[], bool]:
+    """Whether the monotonic clock has passed `until` (never, for None)."""
+    return (lambda: False) if until is None else (lambda: time.monotonic() > until)
+
+
 def _run(target, opts: FuzzOptions, case: Case, best: _Best | None = None,
-         stop: Callable[[], bool] = lambda: False) -> Verdict:
-    """One example's verdict; while shrinking a GPU failure (`best` given), batches judged by k/N."""
-    one = _batch(target, opts, case)
+         until: float | None = None) -> Verdict:
+    """One example's verdict; while shrinking a GPU failure (`best` given), batches judged by k/N.
+    Nothing is launched past `until` (monotonic) but the first repetition of a batch."""
+    one = _batch(target, opts, case, until)
     if best is None or best.case is None or not opts.flaky:
         return one()
-    return flaky.judge(one, best.p0, opts.reps, stop=stop)
+    return flaky.judge(one, best.p0, opts.reps, stop=_past(until))
 
 
-def _batch(target, opts: FuzzOptions, case: Case) -> Callable[[], Verdict]:
-    """One batch of `case`: ``opts.reps`` repetitions, one verdict."""
-    return lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode)
+def _batch(target, opts: FuzzOptions, case: Case, until: float | None = None) -> Callable[[], Verdict]:
+    """One batch of `case`: ``opts.reps`` repetitions (fewer when `until` comes first), one verdict."""
+    return lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode, end=until)
 
 
 def _note_instrumented(report: TargetReport, verdict: Verdict) -> None:
@@ -323,10 +329,10 @@ def _note_instrumented(report: TargetReport, verdict: Verdict) -> None:
 
 
 def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport, best: _Best | None = None,
-           stop: Callable[[], bool] = lambda: False) -> Verdict | None:
+           until: float | None = None) -> Verdict | None:
     """run_case while shrinking, with None for a case that could not be checked (that is 'passes')."""
     try:
-        verdict = _run(target, opts, case, best, stop)
+        verdict = _run(target, opts, case, best, until)
         report.tally.add_rates(case, verdict)
     except CaseError:
         return None
@@ -343,7 +349,7 @@ def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> None:
 
     def still_fails(case: Case) -> bool:
         interrupt.check()
-        verdict = _judge(target, opts, case, report, best, lambda: time.monotonic() > shrink_end)
+        verdict = _judge(target, opts, case, report, best, shrink_end)
         if verdict is None or report.context_lost or not best.counts(verdict):
             return False
         best.keep(case, verdict)
@@ -368,7 +374,6 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
 
     report = best.report
     left = (end - time.monotonic()) if end is not None else opts.witness_seconds
-    stop = (lambda: time.monotonic() > end) if end is not None else (lambda: False)
     if opts.witness and left > 5:
         seconds = min(opts.witness_seconds, left)
         witness = cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6)
@@ -377,28 +382,29 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
             smaller = case_from_json(witness.cpu_case)
             if getattr(best.case, "perturb", None) is not None:
                 smaller = smaller.with_perturb(best.case.perturb)
-            verdict = _judge(target, opts, smaller, report, best, stop) if smaller.size < best.case.size else None
+            verdict = _judge(target, opts, smaller, report, best, end) if smaller.size < best.case.size else None
             if verdict is not None:
                 if best.counts(verdict):
-                    verdict = _measured(target, opts, smaller, verdict, stop)
+                    verdict = _measured(target, opts, smaller, verdict, end)
                     witness.adopted = True
                 witness.gpu_rate = [verdict.failures, verdict.reps]
                 if witness.adopted:
                     best.keep(smaller, verdict)
                     return
     try:
-        verdict = _measured(target, opts, best.case, best.verdict, stop)
+        verdict = _measured(target, opts, best.case, best.verdict, end)
     except Exception:  # noqa: BLE001 - the finding stands as it is; the measure was only for the report
         return
     if best.counts(verdict):
         best.keep(best.case, verdict)  # the same case, its rate measured: the file is rewritten
 
 
-def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, stop) -> Verdict:
+def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, until: float | None) -> Verdict:
     """`verdict` topped up to flaky.CONFIRM_REPS repetitions of `case` (the rate a report prints)."""
     if verdict.reps >= flaky.CONFIRM_REPS:
         return verdict
-    more = flaky.measure(_batch(target, opts, case), opts.reps, flaky.CONFIRM_REPS - verdict.reps, stop=stop)
+    more = flaky.measure(_batch(target, opts, case, until), opts.reps, flaky.CONFIRM_REPS - verdict.reps,
+                         stop=_past(until))
     return flaky.merge(copy.copy(verdict), more)
 
 
@@ -447,8 +453,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         if before_case is not None:
             before_case(case)
         try:
-            verdict = _run(target, opts, case, best if shrinking else None,
-                           lambda: time.monotonic() > shrink_end())
+            verdict = _run(target, opts, case, best if shrinking else None, shrink_end() if shrinking else end)
         except CaseError as exc:  # the strategy drew something the oracle rejects: our bug, say so
             report.rejected.append(f"{case.describe()}: {exc}")
             assume(False)

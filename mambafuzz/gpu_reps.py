@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import operator
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -130,17 +131,54 @@ class Drive:
     used_graph: bool
     fallback_reason: str | None
     graph: Any = None  # keep the captured graph alive until the batch has been synchronised
+    done: int = 0      # slots launched, from 0 (all of the plan's unless a TimeBox stopped it)
+
+
+class TimeBox:
+    """Whether a batch may launch more repetitions: none past `end` (``time.monotonic()``).
+
+    A batch is launched ahead of the device, so the host's clock says nothing
+    about how far the device has got.  After the first unit (a graph replay or
+    a repetition) one ``sync()`` measures it; a batch whose remaining units fit
+    before `end` is then left alone (one sync more than before), and only one
+    that would not fit is paced: a sync before every further unit, and none
+    launched past `end`.  (A zoo kernel copying a 2.35 GB slot stride under
+    warp delays ran one example for two minutes past a 150 s run's end.)
+    """
+
+    def __init__(self, end: float | None, sync: Callable[[], None], clock: Callable[[], float] = time.monotonic):
+        self.end, self.sync, self.clock = end, sync, clock
+        self.start = None
+        self.paced: bool | None = None
+
+    def allows(self, done: int, total: int) -> bool:
+        """May unit `done` (0-based) of `total` be launched?"""
+        if self.end is None:
+            return True
+        if done == 0:
+            self.start = self.clock()
+            return True
+        if self.paced is None:
+            self.sync()
+            now = self.clock()
+            self.paced = now + (now - self.start) / done * (total - done) > self.end
+        if not self.paced:
+            return True
+        self.sync()
+        return self.clock() <= self.end
 
 
 def drive(plan: BatchPlan, try_graph: bool, capture: Callable[[], Any], launch_rep: Callable[[int], None],
-          reset: Callable[[], None], reason: str | None = None) -> Drive:
-    """Run every slot of `plan` exactly once: by graph replays + tail launches, or by plain launches.
+          reset: Callable[[], None], reason: str | None = None, box: TimeBox | None = None) -> Drive:
+    """Run the slots of `plan` in order, each at most once: by graph replays + tail launches, or by
+    plain launches; all of them unless `box` stops the batch (``Drive.done`` says how many ran).
 
     `capture()` returns an object with ``replay()`` that runs the plan's K
     repetitions into the next K slots; any exception from it means "no
     graph": `reset()` restores the inputs and every slot runs through
     `launch_rep(slot)`.
     """
+    allows = box.allows if box is not None else (lambda done, total: True)
     graph = None
     if try_graph:
         try:
@@ -150,13 +188,20 @@ def drive(plan: BatchPlan, try_graph: bool, capture: Callable[[], Any], launch_r
             reset()
     if graph is None:
         for slot in range(plan.reps):
+            if not allows(slot, plan.reps):
+                return Drive(False, reason, done=slot)
             launch_rep(slot)
-        return Drive(False, reason)
-    for _ in range(plan.replays):
+        return Drive(False, reason, done=plan.reps)
+    units = plan.replays + plan.tail
+    for i in range(plan.replays):
+        if not allows(i, units):
+            return Drive(True, None, graph, done=i * plan.k)
         graph.replay()
-    for slot in plan.tail_slots():
+    for j, slot in enumerate(plan.tail_slots()):
+        if not allows(plan.replays + j, units):
+            return Drive(True, None, graph, done=slot)
         launch_rep(slot)
-    return Drive(True, None, graph)
+    return Drive(True, None, graph, done=plan.reps)
 
 
 class CaptureError(RuntimeError):
@@ -343,14 +388,18 @@ def _start(m: Materialized, bufs: "_Buffers") -> None:
 
 def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: int = DEFAULT_K,
              capture: Callable | None = None, amplifiable: bool | None = None, judge: str | None = None,
-             chunk_words: int | None = None, full_every: int = FULL_EVERY) -> RepResult:
+             chunk_words: int | None = None, full_every: int = FULL_EVERY, end: float | None = None,
+             clock: Callable[[], float] = time.monotonic) -> RepResult:
     """Run `fn` on `m` `reps` times, each judged (and restored as needed) on the device; one host sync.
 
     `graph`: True tries a CUDA graph, False never does, None tries one when
     `reps` >= MIN_GRAPH_REPS.  `capture(body, warmup)` replaces `cuda_capture`
     (tests pass fakes; with one given, CPU tensors may take the graph path).
     `judge` "full" / "chunks" / None (``choose_judge``); `chunk_words` and
-    `full_every` shape the chunks judge (tests use small chunks).
+    `full_every` shape the chunks judge (tests use small chunks).  `end`
+    (on `clock`): launch no repetition past it (``TimeBox``), the first
+    excepted; ``RepResult.reps`` counts those that ran, and a chunk-judged
+    batch cut short still ends with every chunk judged.
     """
     plan = plan_batches(reps, k)
     bufs = _Buffers.of(m, choose_judge(m, judge), chunk_words, full_every)
@@ -384,35 +433,45 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     dense_bytes = m.arena.numel() if m.positions is None else 0
     try_graph, reason = use_graph(reps, graph, dev.type == "cuda" or capture is not None, dense_bytes)
     cap = capture or cuda_capture
-    d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason)
-    per_rep = counter.cpu().numpy()  # the one host synchronisation of the batch
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason,
+              TimeBox(end, sync, clock) if end is not None else None)
+    if d.done < reps and bufs.plan is not None:  # its last repetition walked only the changed chunks
+        bufs.check.walk(counter, d.done - 1)
+    per_rep = counter[:d.done].cpu().numpy()  # the one host synchronisation of the batch
     # the chunks judge leaves the arena differing from the snapshot only where a correct repetition
     # changes it (its last repetition is full); the full judge restores all of it every repetition
     m.arena_holds = "changes" if bufs.plan is not None else "nothing"
-    used, why = d.used_graph, d.fallback_reason
+    used, why, done = d.used_graph, d.fallback_reason, d.done
     del d  # the graph (and its memory pool) may go now that the batch has finished
     bad = np.flatnonzero(per_rep)
-    return RepResult(failures=int(bad.size), reps=reps, per_rep_mismatch=per_rep,
+    return RepResult(failures=int(bad.size), reps=done, per_rep_mismatch=per_rep,
                      first_failing_rep=int(bad[0]) if bad.size else None,
                      used_graph=used, fallback_reason=why, judge=bufs.judge)
 
 
 def failing_mismatch(m: Materialized, fn, result: RepResult, *, attempts: int = RERUN_ATTEMPTS,
-                     sync: Callable[[], None] | None = None, amplifiable: bool | None = None) -> Mismatch | None:
+                     sync: Callable[[], None] | None = None, amplifiable: bool | None = None,
+                     end: float | None = None, clock: Callable[[], float] = time.monotonic) -> Mismatch | None:
     """The first differing bytes of a failing repetition, for the report.
 
     The arena holds no trace of it (every check restored it), so the
     repetition is rerun the plain way (restore, launch, synchronise,
-    ``m.compare()``) until it fails again, at most `attempts` times.  A racy
-    failure may not come back: the Mismatch then carries the device's byte count
-    and a note instead of first bytes.
+    ``m.compare()``) until it fails again, at most `attempts` times, and none
+    after the first once `clock` is past `end`.  A racy failure may not come
+    back: the Mismatch then carries the device's byte count and a note instead
+    of first bytes.
     """
     if result.first_failing_rep is None:
         return None
     if sync is None:
         sync = torch.cuda.synchronize if m.arena.device.type == "cuda" else (lambda: None)
     run = _runner(m, fn, amplifiable)
-    for _ in range(max(0, attempts)):
+    tried = 0
+    for tried in range(1, max(0, attempts) + 1):
+        if tried > 1 and end is not None and clock() > end:
+            tried -= 1
+            break
         m.restore()
         run()
         sync()
@@ -424,5 +483,5 @@ def failing_mismatch(m: Materialized, fn, result: RepResult, *, attempts: int = 
     total = int(m.snapshot.size)
     return Mismatch(int(result.per_rep_mismatch[rep]), total, [],
                     note=f"repetition {rep} differed in {int(result.per_rep_mismatch[rep])} bytes on the device "
-                         f"(arena and accepted counts); {attempts} plain reruns did not fail again, "
+                         f"(arena and accepted counts); {tried} plain reruns did not fail again, "
                          f"so no first bytes")

@@ -536,6 +536,16 @@ class ChunkCheck:
             self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
             self.n_chunks, self.n_check, self.full_every, last_slot, **common)
 
+    def walk(self, counter, slot) -> None:
+        """Judge every chunk not judged every repetition against ``counter[slot]`` (an absolute slot)
+        and restore those that differ: what a full repetition's second launch does, for the last
+        repetition of a batch cut short."""
+        common = dict(WORDS=self._words, HAS_BASE=False, ALIGNED16=self._aligned16,
+                      num_warps=self._num_warps, num_stages=1)
+        _walk_chunks[(self._walk_grid,)](
+            self.arena, self.expected, self.snapshot, self.sums, self.order, counter, counter, slot, self.n,
+            self.n_chunks, self.n_check, 1, -1, **common)
+
     def restore_changed(self) -> None:
         """Store the snapshot over the ``n_check`` changed chunks (and the aux buffer): all a batch must
         restore at its start when the arena can differ from the snapshot only where a correct

@@ -216,3 +216,33 @@ def test_a_cuda_fault_or_error_marks_the_context_lost_even_while_shrinking():
     report = TargetReport("t", "batch_memcpy")
     _note_fault(cuda, report, None)  # an error while running on cuda: start a fresh process
     assert report.context_lost
+
+
+def test_no_repetition_starts_past_the_end_but_the_first():
+    calls = []
+
+    def counted(src_ptrs, dst_ptrs, sizes, *, arena):
+        calls.append(1)
+        _python_memmove(src_ptrs, dst_ptrs, sizes, arena=arena)
+
+    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", end=time.monotonic() - 1)
+    assert (v.reps, v.failures, len(calls)) == (1, 0, 1)
+    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", end=time.monotonic() + 60)
+    assert (v.reps, len(calls)) == (5, 6)
+
+
+def test_a_slow_kernel_costs_one_repetition_past_the_share_not_the_batch(tmp_path):
+    """Each repetition of this target takes 0.5 s and a case asks for 20: a 3 s share used to end only
+    after the example's 10 s; now the batch stops launching at the share's end."""
+    from mambafuzz.kernels.registry import Target
+
+    def slow(src_ptrs, dst_ptrs, sizes, *, arena):
+        time.sleep(0.5)
+        _python_memmove(src_ptrs, dst_ptrs, sizes, arena=arena)
+
+    target = Target(name="test.slow", contract="batch_memcpy", kind="user", overlap="full", description="slow",
+                    fn=slow)
+    t0 = time.monotonic()
+    report = fuzz_target(target, _opts(tmp_path, mode="compare", reps=20, time_budget=3.0, max_examples=1000))
+    assert report.finding is None and report.examples >= 1
+    assert time.monotonic() - t0 < 5.5

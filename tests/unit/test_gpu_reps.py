@@ -154,6 +154,60 @@ def test_drive_graph_path_fills_every_slot_once(reps, k):
     assert not resets
 
 
+class _Clock:
+    """A fake monotonic clock: each unit of work (a replay or a launch) takes `per` seconds."""
+
+    def __init__(self, per):
+        self.t, self.per, self.syncs = 0.0, per, 0
+
+    def __call__(self):
+        return self.t
+
+    def sync(self):
+        self.syncs += 1
+
+
+def _boxed(plan, try_graph, per, end):
+    clock = _Clock(per)
+    filled = []
+
+    class Graph(FakeGraph):
+        def replay(self):
+            super().replay()
+            clock.t += per
+
+    def launch(slot):
+        filled.append(("loop", slot))
+        clock.t += per
+
+    box = gpu_reps.TimeBox(end, clock.sync, clock)
+    d = drive(plan, try_graph, lambda: Graph(plan, filled), launch, lambda: None, None, box)
+    return d, filled, clock
+
+
+def test_time_box_leaves_a_batch_that_fits_alone_after_one_sync():
+    plan = plan_batches(100, 16)              # 7 replays of 14, a tail of 2
+    d, filled, clock = _boxed(plan, True, per=1.0, end=50.0)
+    assert d.done == 100 and sorted(s for _, s in filled) == list(range(100))
+    assert clock.syncs == 1
+    d, filled, clock = _boxed(plan, False, per=0.1, end=50.0)
+    assert d.done == 100 and clock.syncs == 1
+    d, filled, clock = _boxed(plan, True, per=1.0, end=None)
+    assert d.done == 100 and clock.syncs == 0
+
+
+def test_time_box_stops_a_batch_that_would_overrun_at_its_end():
+    plan = plan_batches(100, 16)
+    d, filled, clock = _boxed(plan, True, per=1.0, end=3.5)  # replays end at 1, 2, 3, 4: the 4th starts at 3
+    assert d.used_graph and d.done == 4 * 14 and sorted(s for _, s in filled) == list(range(56))
+    d, filled, clock = _boxed(plan, False, per=1.0, end=2.5)
+    assert not d.used_graph and d.done == 3 and [s for _, s in filled] == [0, 1, 2]
+    d, filled, clock = _boxed(plan, True, per=1.0, end=-1.0)  # already past: the first unit still runs
+    assert d.done == 14
+    d, filled, clock = _boxed(plan_batches(21, 16), True, per=1.0, end=1.5)  # 2 replays of 10, a tail of 1
+    assert d.done == 20 and ("loop", 20) not in filled  # the second replay starts at 1.0, the tail at 2.0
+
+
 def test_drive_falls_back_to_the_loop_when_capture_fails():
     plan = plan_batches(100, 16)
     d, filled, resets, graphs = _drive(plan, True, capture_ok=False)
@@ -624,6 +678,35 @@ def test_chunks_judge_catches_a_stray_byte_outside_every_destination_chunk(graph
     assert full.judge == "full" and full.per_rep_mismatch.tolist() == [1] * 7
     good = registry.get("triton.batch_memcpy").fn
     assert run_reps(m, good, 7, judge="chunks", chunk_words=W, full_every=3).failures == 0
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_batch_cut_short_still_judges_every_chunk_at_its_end(graph):
+    """Past `end` only the first unit runs; its stray byte outside every changed chunk (judged only
+    in full repetitions) is still counted, and restored: the next batch of a correct kernel passes."""
+    m = _stray_case(False)
+    r = run_reps(m, one_byte_past, 7, graph=graph, k=3, capture=eager_capture if graph else None,
+                 judge="chunks", chunk_words=W, full_every=100, end=-1.0)
+    assert r.reps == (plan_batches(7, 3).k if graph else 1) and r.per_rep_mismatch.tolist()[-1] == 1
+    assert r.per_rep_mismatch.tolist()[:-1] == [0] * (r.reps - 1)
+    good = registry.get("triton.batch_memcpy").fn
+    assert run_reps(m, good, 4, judge="chunks", chunk_words=W, full_every=100).failures == 0
+
+
+def test_failing_mismatch_reruns_once_past_the_end():
+    m = materialize(_left(2, 77, 8), "cpu")
+    calls = []
+
+    def fails_only_in_the_batch(**kw):
+        calls.append(1)
+        registry.get("triton.batch_memcpy").fn(**kw)
+        if len(calls) == 1:
+            kw["arena"][70] ^= 0x11
+
+    res = run_reps(m, fails_only_in_the_batch, 1, judge="full")
+    assert res.failures == 1
+    mm = failing_mismatch(m, fails_only_in_the_batch, res, end=-1.0)
+    assert len(calls) == 2 and mm is not None and "1 plain reruns did not fail again" in mm.note
 
 
 CHUNK_CASES = {
