@@ -39,6 +39,8 @@ from _gpu_common import Report, commit, device_line, median_us, reference_copy, 
 from gpu_bench import disjoint_rows  # noqa: E402
 
 MiB = 1 << 20
+SECTIONS = ("copy", "idle", "ceilings", "short", "judge", "together")
+IDLE_PARTS = (64, 128, 256, 512, 1024)
 
 
 def _args(argv):
@@ -48,11 +50,17 @@ def _args(argv):
     ap.add_argument("--samples", type=int, default=5, help="samples per configuration, median (default 5)")
     ap.add_argument("--together-reps", type=int, default=50, help="repetitions per combined sample (default 50)")
     ap.add_argument("--ref-mib", type=int, default=1024, help="reference copy_, MiB (default 1024)")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated, of {', '.join(SECTIONS)} (default all)")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = _args(argv)
+    sections = set(args.sections.split(","))
+    if sections - set(SECTIONS):
+        raise SystemExit(f"tune_large: unknown sections {sorted(sections - set(SECTIONS))}; "
+                         f"choose from {', '.join(SECTIONS)}")
     torch = require_compiled_gpu("tune_large", force_compiled=True)
     from _tune_kernels import read_sum
     from mambafuzz import gpu_reps
@@ -90,249 +98,293 @@ def main(argv=None) -> int:
 
     # ------------------------------------------------------------------ copy sweep
     best_copy = {}
-    out("## batch copy alone, region to region (% of copy_)")
-    out()
-    out("| rows x size | split_block | num_warps | parts per row at most | interleave, unroll | us | % of copy_ |")
-    out("| --- | ---: | ---: | ---: | --- | ---: | ---: |")
-    for rows, size in ((64, 4 * MiB), (256, 1 * MiB)):
+    if "copy" in sections:
+        out("## batch copy alone, region to region (% of copy_)")
+        out()
+        out("Bytes a part holds at least (`split_min`) and the parts a row is split over set each "
+            "program's work; `parts` is what the row needs at that `split_min` (or the default grid).")
+        out()
+        out("| rows x size | split_min | parts per row at most | split_block | num_warps | interleave, unroll | us "
+            "| % of copy_ |")
+        out("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+    for rows, size in ((64, 4 * MiB), (256, 1 * MiB)) if "copy" in sections else ():
         try:
             arena, src, dst, sizes, spans = region(rows, size)
         except Exception as exc:  # noqa: BLE001
             out(f"| {rows} x {size // MiB} MiB | error {type(exc).__name__}: {exc} |")
             continue
         results = []
-        for sb in (4096, 8192):
-            for w in (4, 8):
-                for parts in (None, 16, 64):
-                    for il, un in ((False, 1), (True, 1), (False, 2), (True, 2)):
+        splits = [(bm.SPLIT_MIN, None)] + [(sm, size // sm) for sm in (16 << 10, 8 << 10, 4 << 10)]
+        for sm, parts in splits:
+            for sb in (4096, 8192):
+                if sb > sm:
+                    continue
+                for w in (4, 8):
+                    for il, un in ((True, 1), (True, 2), (False, 2)):
                         label = f"{bm.parts_cap(rows)} (default)" if parts is None else str(parts)
-                        knobs = f"{label} | {'yes' if il else 'no'}, {un}"
+                        knobs = f"{sm} | {label} | {sb} | {w} | {'yes' if il else 'no'}, {un}"
+                        kw = dict(split_min=sm, split_block=sb, num_warps=w, parts=parts, interleave=il, unroll=un)
                         try:
                             arena[spans[0][1]:].zero_()
-                            fn = (lambda sb=sb, w=w, parts=parts, il=il, un=un:
-                                  bm.batch_memcpy(src, dst, sizes, split_block=sb, num_warps=w, parts=parts,
-                                                  interleave=il, unroll=un))
+                            fn = lambda kw=kw: bm.batch_memcpy(src, dst, sizes, **kw)  # noqa: E731
                             fn()
                             torch.cuda.synchronize()
                             if not copied_right(arena, spans, size):
-                                out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {knobs} | WRONG BYTES | |")
+                                out(f"| {rows} x {size // MiB} MiB | {knobs} | WRONG BYTES | |")
                                 continue
                             us = us_of(fn)
                         except Exception as exc:  # noqa: BLE001
-                            out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {knobs} | error {type(exc).__name__} | |")
+                            out(f"| {rows} x {size // MiB} MiB | {knobs} | error {type(exc).__name__} | |")
                             continue
                         pct = 2 * rows * size / (us * 1e-6) / ref_bw
-                        results.append((pct, sb, w, parts, il, un))
-                        out(f"| {rows} x {size // MiB} MiB | {sb} | {w} | {knobs} | {us:.1f} | {pct:.0%} |")
+                        results.append((pct, kw))
+                        out(f"| {rows} x {size // MiB} MiB | {knobs} | {us:.1f} | {pct:.0%} |")
         if results:
-            best_copy[rows] = max(results)
+            best_copy[rows] = max(results, key=lambda r: r[0])
         del arena
         torch.cuda.empty_cache()
-    out()
-    for rows, (pct, sb, w, parts, il, un) in best_copy.items():
-        out(f"- best for {rows} rows: split_block {sb}, num_warps {w}, parts {parts or 'default'}, "
-            f"interleave {il}, unroll {un}: {pct:.0%}")
-    out()
+    if "copy" in sections:
+        out()
+        for rows, (pct, kw) in best_copy.items():
+            out(f"- best for {rows} rows: {', '.join(f'{k} {v}' for k, v in kw.items())}: {pct:.0%}")
+        out()
+
+    # ------------------------------------------------------------------ idle programs in a graph
+    if "idle" in sections:
+        out("## small batches in a CUDA graph: what the grid's idle parts cost (us a launch, 16 a graph)")
+        out()
+        out("| batch | " + " | ".join(f"{p} parts" for p in IDLE_PARTS) + " |")
+        out("| --- | " + " | ".join("---:" for _ in IDLE_PARTS) + " |")
+        for label, rows, size, shift in (("1 x 4096 B, region to region", 1, 4096, None),
+                                         ("1 x 4096 B, left shift 16", 1, 4096, 16),
+                                         ("16 x 64 KiB, region to region", 16, 64 << 10, None),
+                                         ("4096 x 1024 B, region to region", 4096, 1024, None)):
+            try:
+                arena, src, dst, sizes, spans = region(rows, size, gap=64)
+                if shift is not None:
+                    src = dst + shift
+                cells = []
+                for parts in IDLE_PARTS:
+                    fn = lambda parts=parts: bm.batch_memcpy(src, dst, sizes, parts=parts)  # noqa: E731
+                    fn()
+                    torch.cuda.synchronize()
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        for _ in range(16):
+                            fn()
+                    g.replay()
+                    torch.cuda.synchronize()
+                    cells.append(median_us(g.replay, reps=args.reps, samples=args.samples) / 16)
+                out(f"| {label} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+            except Exception as exc:  # noqa: BLE001
+                out(f"| {label} | error {type(exc).__name__}: {exc} |")
+        out()
 
     # ------------------------------------------------------------------ copy ceilings
-    out("## copy ceilings: 256 MiB from one region to another (% of the 1 GiB copy_)")
-    out()
-    out("| copy | us | % of copy_ |")
-    out("| --- | ---: | ---: |")
-    try:
-        from _tune_kernels import flat_copy
-        a = torch.randint(0, 256, (256 * MiB,), dtype=torch.uint8, device=dev)
-        b = torch.empty_like(a)
-        us = us_of(lambda: b.copy_(a))
-        out(f"| torch copy_ of 256 MiB | {us:.1f} | {2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
-        for bw in (512, 1024, 2048):
-            for unroll in (1, 2, 4):
-                for evict in (False, True):
-                    for w in (4, 8):
-                        grid = (256 * MiB // 8 // (bw * unroll),)
-                        fn = (lambda bw=bw, unroll=unroll, evict=evict, w=w, grid=grid: flat_copy[grid](
-                            a, b, 256 * MiB // 8, BLOCK_WORDS=bw, UNROLL=unroll, EVICT=evict, num_warps=w,
-                            num_stages=1))
-                        b.zero_()
-                        fn()
-                        ok = torch.equal(a, b)
-                        us = us_of(fn)
-                        out(f"| Triton flat copy: {bw * 8} B x {unroll} per program, {w} warps"
-                            f"{', evict-first loads' if evict else ''}{'' if ok else ' WRONG BYTES'} | {us:.1f} | "
-                            f"{2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
-        del a, b
-        torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001
-        out.traceback()
-    out()
+    if "ceilings" in sections:
+        out("## copy ceilings: 256 MiB from one region to another (% of the 1 GiB copy_)")
+        out()
+        out("| copy | us | % of copy_ |")
+        out("| --- | ---: | ---: |")
+        try:
+            from _tune_kernels import flat_copy
+            a = torch.randint(0, 256, (256 * MiB,), dtype=torch.uint8, device=dev)
+            b = torch.empty_like(a)
+            us = us_of(lambda: b.copy_(a))
+            out(f"| torch copy_ of 256 MiB | {us:.1f} | {2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
+            for bw in (512, 1024, 2048):
+                for unroll in (1, 2, 4):
+                    for evict in (False, True):
+                        for w in (4, 8):
+                            grid = (256 * MiB // 8 // (bw * unroll),)
+                            fn = (lambda bw=bw, unroll=unroll, evict=evict, w=w, grid=grid: flat_copy[grid](
+                                a, b, 256 * MiB // 8, BLOCK_WORDS=bw, UNROLL=unroll, EVICT=evict, num_warps=w,
+                                num_stages=1))
+                            b.zero_()
+                            fn()
+                            ok = torch.equal(a, b)
+                            us = us_of(fn)
+                            out(f"| Triton flat copy: {bw * 8} B x {unroll} per program, {w} warps"
+                                f"{', evict-first loads' if evict else ''}{'' if ok else ' WRONG BYTES'} | {us:.1f} | "
+                                f"{2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
+            del a, b
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            out.traceback()
+        out()
 
     # ------------------------------------------------------------------ short batches: the grid's cost
-    out("## short batches: what idle programs cost (the grid's second dimension against the default)")
-    out()
-    out("| batch | default grid us | 32 parts us | 64 parts us | 256 parts us |")
-    out("| --- | ---: | ---: | ---: | ---: |")
-    for rows, size in ((4096, 1024), (128, 32 * 1024), (1, 4096)):
-        try:
-            arena, src, dst, sizes, spans = region(rows, size, gap=64)
-            fns = [lambda p=p: bm.batch_memcpy(src, dst, sizes, parts=p) for p in (None, 32, 64, 256)]
-            samples = [[] for _ in fns]
-            for _ in range(5):  # alternately
-                for f, got in zip(fns, samples):
-                    got.append(us_of(f))
-            out(f"| {rows} x {size} B (default {bm.parts_cap(rows)}) | "
-                + " | ".join(f"{sorted(got)[2]:.1f}" for got in samples) + " |")
-        except Exception as exc:  # noqa: BLE001
-            out(f"| {rows} x {size} B | error {type(exc).__name__}: {exc} | | | |")
-    out()
+    if "short" in sections:
+        out("## short batches: what idle programs cost (the grid's second dimension against the default)")
+        out()
+        out("| batch | default grid us | 32 parts us | 64 parts us | 256 parts us |")
+        out("| --- | ---: | ---: | ---: | ---: |")
+        for rows, size in ((4096, 1024), (128, 32 * 1024), (1, 4096)):
+            try:
+                arena, src, dst, sizes, spans = region(rows, size, gap=64)
+                fns = [lambda p=p: bm.batch_memcpy(src, dst, sizes, parts=p) for p in (None, 32, 64, 256)]
+                samples = [[] for _ in fns]
+                for _ in range(5):  # alternately
+                    for f, got in zip(fns, samples):
+                        got.append(us_of(f))
+                out(f"| {rows} x {size} B (default {bm.parts_cap(rows)}) | "
+                    + " | ".join(f"{sorted(got)[2]:.1f}" for got in samples) + " |")
+            except Exception as exc:  # noqa: BLE001
+                out(f"| {rows} x {size} B | error {type(exc).__name__}: {exc} | | | |")
+        out()
 
     # ------------------------------------------------------------------ judge sweep
-    best_judge = None
-    out("## chunk judge alone: 256 MiB of changed chunks in a 512 MiB arena (read GB/s)")
-    out()
-    out("| judge | words per chunk | num_warps | us | read GB/s | % of copy_ traffic rate |")
-    out("| --- | ---: | ---: | ---: | ---: | ---: |")
-    half = 256 * MiB
-    try:
-        snapshot = torch.randint(0, 256, (2 * half,), dtype=torch.uint8, device=dev)
-        expected = snapshot.clone()
-        expected[half:] = snapshot[:half]
-        arena = expected.clone()
-        for words in (512, 1024, 2048, 4096):
-            chunk = 8 * words
-            n_chunks = 2 * half // chunk
-            order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
-            sums = torch.empty(n_chunks // 2, dtype=torch.int64, device=dev)
-            for mix in (0, 1):
-                for w in (4, 8):
-                    fn = (lambda words=words, mix=mix, w=w: read_sum[(n_chunks // 2,)](
-                        arena, order, sums, WORDS=words, MIX=mix, num_warps=w, num_stages=1))
+    if "judge" in sections:
+        best_judge = None
+        out("## chunk judge alone: 256 MiB of changed chunks in a 512 MiB arena (read GB/s)")
+        out()
+        out("| judge | words per chunk | num_warps | us | read GB/s | % of copy_ traffic rate |")
+        out("| --- | ---: | ---: | ---: | ---: | ---: |")
+        half = 256 * MiB
+        try:
+            snapshot = torch.randint(0, 256, (2 * half,), dtype=torch.uint8, device=dev)
+            expected = snapshot.clone()
+            expected[half:] = snapshot[:half]
+            arena = expected.clone()
+            for words in (512, 1024, 2048, 4096):
+                chunk = 8 * words
+                n_chunks = 2 * half // chunk
+                order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
+                sums = torch.empty(n_chunks // 2, dtype=torch.int64, device=dev)
+                for mix in (0, 1):
+                    for w in (4, 8):
+                        fn = (lambda words=words, mix=mix, w=w: read_sum[(n_chunks // 2,)](
+                            arena, order, sums, WORDS=words, MIX=mix, num_warps=w, num_stages=1))
+                        us = us_of(fn)
+                        out(f"| ceiling: {'mixed' if mix else 'plain'} sum | {words} | {w} | {us:.1f} | "
+                            f"{half / us / 1e3:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
+                for w in (2, 4, 8):
+                    cc = check.ChunkCheck(arena, expected, snapshot, order, n_chunks // 2, 0, full_every=1 << 30,
+                                          words=words, num_warps=w)
+                    counter = torch.zeros(4, dtype=torch.int64, device=dev)
+                    fn = lambda cc=cc, counter=counter: cc(counter, 0)  # noqa: E731
                     us = us_of(fn)
-                    out(f"| ceiling: {'mixed' if mix else 'plain'} sum | {words} | {w} | {us:.1f} | "
-                        f"{half / us / 1e3:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
-            for w in (2, 4, 8):
+                    ok = int(counter.sum()) == 0
+                    gbs = half / us / 1e3
+                    if ok and (best_judge is None or gbs > best_judge[0]):
+                        best_judge = (gbs, words, w)
+                    out(f"| ChunkCheck{'' if ok else ' (COUNTED BYTES ON A CORRECT ARENA)'} | {words} | {w} | "
+                        f"{us:.1f} | {gbs:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
+            x = arena[half:].view(torch.int64)
+            us = us_of(lambda: x.sum())
+            out(f"| ceiling: torch sum (int64) | | | {us:.1f} | {half / us / 1e3:.0f} | "
+                f"{half / (us * 1e-6) / ref_bw:.0%} |")
+            # the judge still sees a wrong byte (and restores the whole arena after it)
+            if best_judge:
+                _, words, w = best_judge
+                chunk = 8 * words
+                n_chunks = 2 * half // chunk
+                order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
                 cc = check.ChunkCheck(arena, expected, snapshot, order, n_chunks // 2, 0, full_every=1 << 30,
                                       words=words, num_warps=w)
-                counter = torch.zeros(4, dtype=torch.int64, device=dev)
-                fn = lambda cc=cc, counter=counter: cc(counter, 0)  # noqa: E731
-                us = us_of(fn)
-                ok = int(counter.sum()) == 0
-                gbs = half / us / 1e3
-                if ok and (best_judge is None or gbs > best_judge[0]):
-                    best_judge = (gbs, words, w)
-                out(f"| ChunkCheck{'' if ok else ' (COUNTED BYTES ON A CORRECT ARENA)'} | {words} | {w} | "
-                    f"{us:.1f} | {gbs:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
-        x = arena[half:].view(torch.int64)
-        us = us_of(lambda: x.sum())
-        out(f"| ceiling: torch sum (int64) | | | {us:.1f} | {half / us / 1e3:.0f} | "
-            f"{half / (us * 1e-6) / ref_bw:.0%} |")
-        # the judge still sees a wrong byte (and restores the whole arena after it)
-        if best_judge:
-            _, words, w = best_judge
-            chunk = 8 * words
-            n_chunks = 2 * half // chunk
-            order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
-            cc = check.ChunkCheck(arena, expected, snapshot, order, n_chunks // 2, 0, full_every=1 << 30,
-                                  words=words, num_warps=w)
-            counter = torch.zeros(2, dtype=torch.int64, device=dev)
-            arena[half + 12345] ^= 1
-            cc(counter, 0)
-            torch.cuda.synchronize()
-            c = (half + 12345) // chunk
-            out()
-            out(f"- best judge (words {words}, num_warps {w}): one flipped byte counted {int(counter[0])} "
-                f"(expect 1); its chunk restored to the snapshot: "
-                f"{torch.equal(arena[c * chunk:(c + 1) * chunk], snapshot[c * chunk:(c + 1) * chunk])}")
-        del snapshot, expected, arena
-        torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001
-        out.traceback()
-    out()
+                counter = torch.zeros(2, dtype=torch.int64, device=dev)
+                arena[half + 12345] ^= 1
+                cc(counter, 0)
+                torch.cuda.synchronize()
+                c = (half + 12345) // chunk
+                out()
+                out(f"- best judge (words {words}, num_warps {w}): one flipped byte counted {int(counter[0])} "
+                    f"(expect 1); its chunk restored to the snapshot: "
+                    f"{torch.equal(arena[c * chunk:(c + 1) * chunk], snapshot[c * chunk:(c + 1) * chunk])}")
+            del snapshot, expected, arena
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            out.traceback()
+        out()
 
     # ------------------------------------------------------------------ together
-    out("## together: target + judge per repetition, as gpu_reps.run_reps runs a large idempotent case")
-    out()
-    out("| case | copy (split_block, warps, parts) | judge (words, warps) | us per repetition | useful % of copy_ |")
-    out("| --- | --- | --- | ---: | ---: |")
-    n = args.together_reps
-    for rows, size in ((64, 4 * MiB), (256, 1 * MiB)):
-        try:
-            arena, src, dst, sizes, spans = region(rows, size)
-            snapshot = arena.clone()
-            bm.batch_memcpy(src, dst, sizes)
-            torch.cuda.synchronize()
-            expected = arena.clone()
-            changed = torch.ne(expected, snapshot)
-            copies = [("default", dict())]
-            if rows in best_copy:
-                _, sb, w, parts, il, un = best_copy[rows]
-                copies.append((f"{sb}, {w}, {parts or 'default'}, {'interleaved' if il else 'spans'}, unroll {un}",
-                               dict(split_block=sb, num_warps=w, parts=parts, interleave=il, unroll=un)))
-            default = (check.CHUNK_WORDS, check.CHUNK_WARPS)
-            judges = [(f"{words}, {w}" + (" (default)" if (words, w) == default else ""), words, w)
-                      for words, w in dict.fromkeys([default, (512, 2), (512, 4), (1024, 4), (2048, 4)])]
-            for jlabel, words, w in judges:
+    if "together" in sections:
+        out("## together: target + judge per repetition, as gpu_reps.run_reps runs a large idempotent case")
+        out()
+        out("| case | copy (split_block, warps, parts) | judge (words, warps) | us per repetition | useful % of copy_ |")
+        out("| --- | --- | --- | ---: | ---: |")
+        n = args.together_reps
+        for rows, size in ((64, 4 * MiB), (256, 1 * MiB)):
+            try:
+                arena, src, dst, sizes, spans = region(rows, size)
+                snapshot = arena.clone()
+                bm.batch_memcpy(src, dst, sizes)
+                torch.cuda.synchronize()
+                expected = arena.clone()
+                changed = torch.ne(expected, snapshot)
+                copies = [("default", dict())]
+                if rows in best_copy:
+                    kw = best_copy[rows][1]
+                    copies.append((", ".join(f"{k} {v}" for k, v in kw.items()), kw))
+                default = (check.CHUNK_WORDS, check.CHUNK_WARPS)
+                # the changed chunks judged from the lowest address up, or from the highest down (the
+                # copy's last stores may still be in L2)
+                judges = [(f"{words}, {w}" + (" (default)" if (words, w) == default else "")
+                           + (", highest first" if down else ""), words, w, down)
+                          for words, w in dict.fromkeys([default, (512, 4), (2048, 4)]) for down in (False, True)]
+                for jlabel, words, w, down in judges:
+                    chunk = 8 * words
+                    n_chunks = -(-arena.numel() // chunk)
+                    pad = torch.zeros(n_chunks * chunk, dtype=torch.bool, device=dev)
+                    pad[:arena.numel()] = changed
+                    hot = pad.view(n_chunks, chunk).any(dim=1)
+                    first = torch.nonzero(hot).flatten()
+                    order = torch.cat([first.flip(0) if down else first, torch.nonzero(~hot).flatten()])
+                    cc = check.ChunkCheck(arena, expected, snapshot, order, int(hot.sum()), 0,
+                                          full_every=gpu_reps.FULL_EVERY, words=words, num_warps=w)
+                    for clabel, kw in copies:
+                        counter = torch.zeros(n, dtype=torch.int64, device=dev)
+
+                        def reps(kw=kw, cc=cc, counter=counter):
+                            arena.copy_(snapshot)
+                            for i in range(n):
+                                bm.batch_memcpy(src, dst, sizes, **kw)
+                                cc(counter, i, last_slot=n - 1)
+                        reps()
+                        torch.cuda.synchronize()
+                        fails = int(torch.count_nonzero(counter))
+                        us = median_us(reps, reps=1, samples=args.samples) / n
+                        useful = 2 * rows * size / (us * 1e-6) / ref_bw
+                        out(f"| {rows} x {size // MiB} MiB | {clabel} | {jlabel} | {us:.1f} | **{useful:.0%}**"
+                            f"{'' if fails == 0 else f' ({fails} FAILING REPETITIONS)'} |")
+                del arena, snapshot, expected, changed
+                torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001
+                out.traceback()
+        out()
+        out("Breakdown of one repetition (us): the copy alone, the judge's two launches alone (a passing, "
+            "partial repetition), the walk launch alone (exits at once), and the start's restore (once per "
+            f"{n} repetitions).")
+        out()
+        out("| case | copy | judge | walk only | restore of the whole arena |")
+        out("| --- | ---: | ---: | ---: | ---: |")
+        for rows, size in ((64, 4 * MiB),):
+            try:
+                arena, src, dst, sizes, spans = region(rows, size)
+                snapshot = arena.clone()
+                bm.batch_memcpy(src, dst, sizes)
+                expected = arena.clone()
+                words = best_judge[1] if best_judge else check.CHUNK_WORDS
+                w = best_judge[2] if best_judge else 4
                 chunk = 8 * words
                 n_chunks = -(-arena.numel() // chunk)
-                pad = torch.zeros(n_chunks * chunk, dtype=torch.bool, device=dev)
-                pad[:arena.numel()] = changed
-                hot = pad.view(n_chunks, chunk).any(dim=1)
+                hot = torch.zeros(n_chunks, dtype=torch.bool, device=dev)
+                hot[spans[0][1] // chunk:(spans[-1][1] + size - 1) // chunk + 1] = True
                 order = torch.cat([torch.nonzero(hot).flatten(), torch.nonzero(~hot).flatten()])
                 cc = check.ChunkCheck(arena, expected, snapshot, order, int(hot.sum()), 0,
-                                      full_every=gpu_reps.FULL_EVERY, words=words, num_warps=w)
-                for clabel, kw in copies:
-                    counter = torch.zeros(n, dtype=torch.int64, device=dev)
-
-                    def reps(kw=kw, cc=cc, counter=counter):
-                        arena.copy_(snapshot)
-                        for i in range(n):
-                            bm.batch_memcpy(src, dst, sizes, **kw)
-                            cc(counter, i, last_slot=n - 1)
-                    reps()
-                    torch.cuda.synchronize()
-                    fails = int(torch.count_nonzero(counter))
-                    us = median_us(reps, reps=1, samples=args.samples) / n
-                    useful = 2 * rows * size / (us * 1e-6) / ref_bw
-                    out(f"| {rows} x {size // MiB} MiB | {clabel} | {jlabel} | {us:.1f} | **{useful:.0%}**"
-                        f"{'' if fails == 0 else f' ({fails} FAILING REPETITIONS)'} |")
-            del arena, snapshot, expected, changed
-            torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001
-            out.traceback()
-    out()
-    out("Breakdown of one repetition (us): the copy alone, the judge's two launches alone (a passing, "
-        "partial repetition), the walk launch alone (exits at once), and the start's restore (once per "
-        f"{n} repetitions).")
-    out()
-    out("| case | copy | judge | walk only | restore of the whole arena |")
-    out("| --- | ---: | ---: | ---: | ---: |")
-    for rows, size in ((64, 4 * MiB),):
-        try:
-            arena, src, dst, sizes, spans = region(rows, size)
-            snapshot = arena.clone()
-            bm.batch_memcpy(src, dst, sizes)
-            expected = arena.clone()
-            words = best_judge[1] if best_judge else check.CHUNK_WORDS
-            w = best_judge[2] if best_judge else 4
-            chunk = 8 * words
-            n_chunks = -(-arena.numel() // chunk)
-            hot = torch.zeros(n_chunks, dtype=torch.bool, device=dev)
-            hot[spans[0][1] // chunk:(spans[-1][1] + size - 1) // chunk + 1] = True
-            order = torch.cat([torch.nonzero(hot).flatten(), torch.nonzero(~hot).flatten()])
-            cc = check.ChunkCheck(arena, expected, snapshot, order, int(hot.sum()), 0,
-                                  full_every=1 << 30, words=words, num_warps=w)
-            counter = torch.zeros(1, dtype=torch.int64, device=dev)
-            kw = dict(zip(("split_block", "num_warps", "parts", "interleave", "unroll"),
-                          best_copy[rows][1:])) if rows in best_copy else {}
-            walk = (lambda: check._walk_chunks[(cc._walk_grid,)](
-                arena, expected, snapshot, cc.sums, cc.order, counter, counter, 0, cc.n, cc.n_chunks, cc.n_check,
-                1 << 30, -1, WORDS=words, HAS_BASE=False, ALIGNED16=True, num_warps=w, num_stages=1))
-            t = [us_of(lambda: bm.batch_memcpy(src, dst, sizes, **kw)), us_of(lambda: cc(counter, 0)), us_of(walk),
-                 us_of(lambda: arena.copy_(snapshot))]
-            out(f"| {rows} x {size // MiB} MiB | " + " | ".join(f"{x:.1f}" for x in t) + " |")
-            del arena, snapshot, expected
-            torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001
-            out.traceback()
+                                      full_every=1 << 30, words=words, num_warps=w)
+                counter = torch.zeros(1, dtype=torch.int64, device=dev)
+                kw = best_copy[rows][1] if rows in best_copy else {}
+                walk = (lambda: check._walk_chunks[(cc._walk_grid,)](
+                    arena, expected, snapshot, cc.sums, cc.order, counter, counter, 0, cc.n, cc.n_chunks, cc.n_check,
+                    1 << 30, -1, WORDS=words, HAS_BASE=False, ALIGNED16=True, num_warps=w, num_stages=1))
+                t = [us_of(lambda: bm.batch_memcpy(src, dst, sizes, **kw)), us_of(lambda: cc(counter, 0)), us_of(walk),
+                     us_of(lambda: arena.copy_(snapshot))]
+                out(f"| {rows} x {size // MiB} MiB | " + " | ".join(f"{x:.1f}" for x in t) + " |")
+                del arena, snapshot, expected
+                torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001
+                out.traceback()
     out.finish(args.out)
     return 0
 

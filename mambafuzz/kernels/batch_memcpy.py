@@ -52,7 +52,6 @@ SPLIT_BLOCK = 8192    # bytes per step of a row that does not overlap itself (no
 ALIGN = 128           # part boundaries after the first: dst at a multiple of this
 INTERLEAVE = True     # the 16-byte path: parts take a row's blocks in turn (True) or a span each
 UNROLL = 2            # the 16-byte path: blocks loaded before the first is stored (1 or 2)
-_SPLIT_MIN = tl.constexpr(SPLIT_MIN)
 _ALIGN = tl.constexpr(ALIGN)
 
 # zoo id -> constexpr flags of _move_span
@@ -66,9 +65,9 @@ VARIANTS = {
 
 
 @triton.jit
-def _parts(n):
+def _parts(n, SPLIT_MIN: tl.constexpr):
     """How many programs a row of ``n`` bytes that does not overlap itself is split over."""
-    return tl.minimum(tl.maximum((n + _SPLIT_MIN - 1) // _SPLIT_MIN, 1), tl.num_programs(1))
+    return tl.minimum(tl.maximum((n + SPLIT_MIN - 1) // SPLIT_MIN, 1), tl.num_programs(1))
 
 
 @triton.jit
@@ -130,7 +129,8 @@ def _copy_disjoint(src_addr, dst_addr, n, part, parts, BLOCK: tl.constexpr, UNRO
 def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
                          INTERLEAVE: tl.constexpr, UNROLL: tl.constexpr, NOGUARD_LEFT: tl.constexpr, FORWARD_RIGHT: tl.constexpr,
                          DROP_TAIL: tl.constexpr, CHECK_DST_ALIGN_ONLY: tl.constexpr,
-                         DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr):
+                         DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr,
+                         SPLIT_MIN: tl.constexpr):
     row = tl.program_id(0)
     part = tl.program_id(1).to(tl.int64)
     src = tl.load(src_ptrs + row).to(tl.int64)
@@ -144,7 +144,7 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, S
                        DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
                        DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
     else:
-        parts = _parts(n)
+        parts = _parts(n, SPLIT_MIN)
         if part < parts:
             piece = ((n + parts - 1) // parts + _ALIGN - 1) // _ALIGN * _ALIGN
             head = (_ALIGN - dst % _ALIGN) % _ALIGN  # later boundaries: dst + offset a multiple of ALIGN
@@ -173,14 +173,14 @@ def parts_cap(rows: int) -> int:
     return max(1, min(MAX_PARTS, PROGRAMS // max(rows, 1)))
 
 
-def parts_needed(src, dst, sizes, cap=None) -> int:
+def parts_needed(src, dst, sizes, cap=None, split_min=SPLIT_MIN) -> int:
     """The grid's second dimension the longest row needs, up to ``cap`` (default ``parts_cap``; host
     values; what the CPU launches)."""
     cap = parts_cap(len(sizes)) if cap is None else cap
     most = 1
     for s, d, n in zip(src, dst, sizes):
         if not (d < s < d + n or s < d < s + n):
-            most = max(most, min(cap, max(1, -(-n // SPLIT_MIN))))
+            most = max(most, min(cap, max(1, -(-n // split_min))))
     return most
 
 
@@ -202,14 +202,14 @@ def _check_vec(name, t):
 
 def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
                  block=BLOCK, split_block=SPLIT_BLOCK, parts=None, interleave=INTERLEAVE, unroll=UNROLL,
-                 num_warps=4, perturb=None):
+                 split_min=SPLIT_MIN, num_warps=4, perturb=None):
     """memmove ``sizes[i]`` bytes from ``src_ptrs[i]`` to ``dst_ptrs[i]`` for every i.
 
     ``arena`` is accepted for the contract and ignored (pointers are absolute).
     ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
     warps to make races show; its ``num_warps`` replaces ``num_warps``.
     ``split_block``, ``parts`` (the most programs a row is split over;
-    default ``parts_cap``), ``interleave`` (parts take a row's blocks in turn
+    default ``parts_cap``), ``split_min`` (bytes a part holds at least), ``interleave`` (parts take a row's blocks in turn
     rather than a span each) and ``unroll`` (1 or 2 blocks loaded before
     storing) are for tuning (``bench/tune_large.py``).
     """
@@ -221,8 +221,8 @@ def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
     flags = _flags(variant)
     cap = parts_cap(n) if parts is None else max(1, int(parts))
     if sizes.device.type != "cuda":
-        cap = min(cap, parts_needed(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist(), cap))
+        cap = min(cap, parts_needed(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist(), cap, split_min))
     # on a GPU each row's count is decided in the kernel: no host synchronisation
     launch(_batch_memcpy_kernel, (n, cap), (src_ptrs, dst_ptrs, sizes), perturb=perturb,
            num_warps=num_warps, BLOCK=block, SPLIT_BLOCK=split_block, INTERLEAVE=bool(interleave),
-           UNROLL=2 if unroll == 2 else 1, **flags)
+           UNROLL=2 if unroll == 2 else 1, SPLIT_MIN=int(split_min), **flags)
