@@ -6,9 +6,12 @@ alone over a grid of their tuning knobs, then the two together as
 ``gpu_reps`` runs them, so the defaults in ``kernels/batch_memcpy.py`` and
 ``kernels/check.py`` / ``gpu_reps.py`` rest on numbers:
 
-* copy: ``batch_memcpy(split_block=, num_warps=, parts=, interleave=, unroll=)`` on region-to-region
-  batches (64 x 4 MiB, 256 x 1 MiB), as a fraction of a device-to-device
-  ``copy_`` (read + write bytes);
+* copy: ``batch_memcpy(split_min=, parts=, split_block=, num_warps=,
+  interleave=, unroll=, part_major=)`` on region-to-region batches (64 x 4
+  MiB, 256 x 1 MiB), as a fraction of a device-to-device ``copy_`` (read +
+  write bytes);
+* idle: what a grid's idle parts cost small batches in a CUDA graph;
+* ceilings: a flat Triton copy and ``copy_`` of the same bytes;
 * short batches: the default grid (``parts_cap``) against the previous one (32
   parts for every row), side by side;
 * judge: ``ChunkCheck(words=, num_warps=)`` on the 256 MiB of changed chunks
@@ -22,7 +25,7 @@ alone over a grid of their tuning knobs, then the two together as
 Timing: CUDA events around ``--reps`` back-to-back calls, median of
 ``--samples``; every configuration's output is checked once before timing.
 
-    TRITON_INTERPRET=0 python bench/tune_large.py --out bench/results/tune_large_h200.md
+    TRITON_INTERPRET=0 python bench/tune_large.py [--sections copy,together] --out bench/results/tune_large_h200.md
 """
 from __future__ import annotations
 
@@ -41,6 +44,16 @@ from gpu_bench import disjoint_rows  # noqa: E402
 MiB = 1 << 20
 SECTIONS = ("copy", "idle", "ceilings", "short", "judge", "together")
 IDLE_PARTS = (64, 128, 256, 512, 1024)
+
+
+def _knobs(kw, rows):
+    """The batch copy's knobs in ``kw`` (defaults where absent) as table cells."""
+    from mambafuzz.kernels import batch_memcpy as bm
+    g = {"split_min": bm.SPLIT_MIN, "parts": None, "split_block": bm.SPLIT_BLOCK, "num_warps": 4,
+         "interleave": bm.INTERLEAVE, "unroll": bm.UNROLL, "part_major": bm.PART_MAJOR, **kw}
+    parts = f"{bm.parts_cap(rows)} (default)" if g["parts"] is None else str(g["parts"])
+    return (f"{g['split_min']} | {parts} | {g['split_block']} | {g['num_warps']} | "
+            f"{'yes' if g['interleave'] else 'no'}, {g['unroll']} | {'part-major' if g['part_major'] else 'row-major'}")
 
 
 def _args(argv):
@@ -97,16 +110,16 @@ def main(argv=None) -> int:
         return all(torch.equal(arena[s:s + size], arena[d:d + size]) for s, d in spans[:: max(1, len(spans) // 16)])
 
     # ------------------------------------------------------------------ copy sweep
-    best_copy = {}
+    best_copy, best_judge = {}, None
     if "copy" in sections:
         out("## batch copy alone, region to region (% of copy_)")
         out()
         out("Bytes a part holds at least (`split_min`) and the parts a row is split over set each "
             "program's work; `parts` is what the row needs at that `split_min` (or the default grid).")
         out()
-        out("| rows x size | split_min | parts per row at most | split_block | num_warps | interleave, unroll | us "
-            "| % of copy_ |")
-        out("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+        out("| rows x size | split_min | parts per row at most | split_block | num_warps | interleave, unroll "
+            "| grid | us | % of copy_ |")
+        out("| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |")
     for rows, size in ((64, 4 * MiB), (256, 1 * MiB)) if "copy" in sections else ():
         try:
             arena, src, dst, sizes, spans = region(rows, size)
@@ -114,31 +127,28 @@ def main(argv=None) -> int:
             out(f"| {rows} x {size // MiB} MiB | error {type(exc).__name__}: {exc} |")
             continue
         results = []
-        splits = [(bm.SPLIT_MIN, None)] + [(sm, size // sm) for sm in (16 << 10, 8 << 10, 4 << 10)]
-        for sm, parts in splits:
-            for sb in (4096, 8192):
-                if sb > sm:
+        # the default first, then each part's work (split_min) x blocks in flight (unroll) x grid order
+        shapes = [dict()] + [dict(split_min=sm, parts=size // sm, split_block=4096, unroll=un, interleave=il,
+                                  part_major=pm, num_warps=w)
+                             for sm in (8 << 10, 16 << 10, 32 << 10) for un in (2, 4) if sm >= 4096 * un
+                             for il in (True, False) for pm in (False, True) for w in (4, 8)]
+        for kw in shapes:
+            knobs = _knobs(kw, rows)
+            try:
+                arena[spans[0][1]:].zero_()
+                fn = lambda kw=kw: bm.batch_memcpy(src, dst, sizes, **kw)  # noqa: E731
+                fn()
+                torch.cuda.synchronize()
+                if not copied_right(arena, spans, size):
+                    out(f"| {rows} x {size // MiB} MiB | {knobs} | WRONG BYTES | |")
                     continue
-                for w in (4, 8):
-                    for il, un in ((True, 1), (True, 2), (False, 2)):
-                        label = f"{bm.parts_cap(rows)} (default)" if parts is None else str(parts)
-                        knobs = f"{sm} | {label} | {sb} | {w} | {'yes' if il else 'no'}, {un}"
-                        kw = dict(split_min=sm, split_block=sb, num_warps=w, parts=parts, interleave=il, unroll=un)
-                        try:
-                            arena[spans[0][1]:].zero_()
-                            fn = lambda kw=kw: bm.batch_memcpy(src, dst, sizes, **kw)  # noqa: E731
-                            fn()
-                            torch.cuda.synchronize()
-                            if not copied_right(arena, spans, size):
-                                out(f"| {rows} x {size // MiB} MiB | {knobs} | WRONG BYTES | |")
-                                continue
-                            us = us_of(fn)
-                        except Exception as exc:  # noqa: BLE001
-                            out(f"| {rows} x {size // MiB} MiB | {knobs} | error {type(exc).__name__} | |")
-                            continue
-                        pct = 2 * rows * size / (us * 1e-6) / ref_bw
-                        results.append((pct, kw))
-                        out(f"| {rows} x {size // MiB} MiB | {knobs} | {us:.1f} | {pct:.0%} |")
+                us = us_of(fn)
+            except Exception as exc:  # noqa: BLE001
+                out(f"| {rows} x {size // MiB} MiB | {knobs} | error {type(exc).__name__} | |")
+                continue
+            pct = 2 * rows * size / (us * 1e-6) / ref_bw
+            results.append((pct, kw))
+            out(f"| {rows} x {size // MiB} MiB | {knobs} | {us:.1f} | {pct:.0%} |")
         if results:
             best_copy[rows] = max(results, key=lambda r: r[0])
         del arena
@@ -146,7 +156,7 @@ def main(argv=None) -> int:
     if "copy" in sections:
         out()
         for rows, (pct, kw) in best_copy.items():
-            out(f"- best for {rows} rows: {', '.join(f'{k} {v}' for k, v in kw.items())}: {pct:.0%}")
+            out(f"- best for {rows} rows: {', '.join(f'{k} {v}' for k, v in kw.items()) or 'the defaults'}: {pct:.0%}")
         out()
 
     # ------------------------------------------------------------------ idle programs in a graph
@@ -235,7 +245,6 @@ def main(argv=None) -> int:
 
     # ------------------------------------------------------------------ judge sweep
     if "judge" in sections:
-        best_judge = None
         out("## chunk judge alone: 256 MiB of changed chunks in a 512 MiB arena (read GB/s)")
         out()
         out("| judge | words per chunk | num_warps | us | read GB/s | % of copy_ traffic rate |")
@@ -315,21 +324,18 @@ def main(argv=None) -> int:
                 copies = [("default", dict())]
                 if rows in best_copy:
                     kw = best_copy[rows][1]
-                    copies.append((", ".join(f"{k} {v}" for k, v in kw.items()), kw))
+                    if kw:
+                        copies.append((", ".join(f"{k} {v}" for k, v in kw.items()), kw))
                 default = (check.CHUNK_WORDS, check.CHUNK_WARPS)
-                # the changed chunks judged from the lowest address up, or from the highest down (the
-                # copy's last stores may still be in L2)
-                judges = [(f"{words}, {w}" + (" (default)" if (words, w) == default else "")
-                           + (", highest first" if down else ""), words, w, down)
-                          for words, w in dict.fromkeys([default, (512, 4), (2048, 4)]) for down in (False, True)]
-                for jlabel, words, w, down in judges:
+                judges = [(f"{words}, {w}" + (" (default)" if (words, w) == default else ""), words, w)
+                          for words, w in dict.fromkeys([default, (512, 4), (2048, 4)])]
+                for jlabel, words, w in judges:
                     chunk = 8 * words
                     n_chunks = -(-arena.numel() // chunk)
                     pad = torch.zeros(n_chunks * chunk, dtype=torch.bool, device=dev)
                     pad[:arena.numel()] = changed
                     hot = pad.view(n_chunks, chunk).any(dim=1)
-                    first = torch.nonzero(hot).flatten()
-                    order = torch.cat([first.flip(0) if down else first, torch.nonzero(~hot).flatten()])
+                    order = torch.cat([torch.nonzero(hot).flatten(), torch.nonzero(~hot).flatten()])
                     cc = check.ChunkCheck(arena, expected, snapshot, order, int(hot.sum()), 0,
                                           full_every=gpu_reps.FULL_EVERY, words=words, num_warps=w)
                     for clabel, kw in copies:

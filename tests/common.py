@@ -92,7 +92,7 @@ def comp(fn, sig, consts, num_warps=4):
     return k
 
 BM_FLAGS = ("NOGUARD_LEFT", "FORWARD_RIGHT", "DROP_TAIL", "CHECK_DST_ALIGN_ONLY")
-BM_SIG = {"src_ptrs": "*i64", "dst_ptrs": "*i64", "sizes": "*i64", "seed": "i32"}
+BM_SIG = {"src_ptrs": "*i64", "dst_ptrs": "*i64", "sizes": "*i64", "cap": "i32", "seed": "i32"}
 SC_SIG = {"meta_ptr": "*i64", "bt_ptr": "*i32", "src_cols": "*i32", "dst_cols": "*i32",
           "biases": "*i32", "num_tiles": "i32", "R": "i32", "C": "i32", "seed": "i32"}
 PP_SIG = {"meta_ptr": "*i64", "bt_ptr": "*i32", "num_computed": "*i32", "num_scheduled": "*i32",

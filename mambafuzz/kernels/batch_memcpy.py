@@ -51,7 +51,8 @@ SPLIT_MIN = 16 << 10  # bytes per part at least: shorter rows stay in one progra
 SPLIT_BLOCK = 8192    # bytes per step of a row that does not overlap itself (no barrier, wider steps)
 ALIGN = 128           # part boundaries after the first: dst at a multiple of this
 INTERLEAVE = True     # the 16-byte path: parts take a row's blocks in turn (True) or a span each
-UNROLL = 2            # the 16-byte path: blocks loaded before the first is stored (1 or 2)
+UNROLL = 2            # the 16-byte path: blocks loaded before the first is stored (1, 2 or 4)
+PART_MAJOR = False    # the grid: (rows, parts), or 1-D with a row's parts side by side
 _ALIGN = tl.constexpr(ALIGN)
 
 # zoo id -> constexpr flags of _move_span
@@ -65,9 +66,9 @@ VARIANTS = {
 
 
 @triton.jit
-def _parts(n, SPLIT_MIN: tl.constexpr):
+def _parts(n, cap, SPLIT_MIN: tl.constexpr):
     """How many programs a row of ``n`` bytes that does not overlap itself is split over."""
-    return tl.minimum(tl.maximum((n + SPLIT_MIN - 1) // SPLIT_MIN, 1), tl.num_programs(1))
+    return tl.minimum(tl.maximum((n + SPLIT_MIN - 1) // SPLIT_MIN, 1), cap)
 
 
 @triton.jit
@@ -94,25 +95,32 @@ def _copy_disjoint(src_addr, dst_addr, n, part, parts, BLOCK: tl.constexpr, UNRO
     lanes = tl.arange(0, BLOCK // 8).to(tl.int64)
     blocks = (n - head) // BLOCK
     k = part
+    step = parts * (BLOCK // 8)
     while k + (UNROLL - 1) * parts < blocks:
         o = k * (BLOCK // 8) + lanes
         _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         x = tl.load(tl.multiple_of(ps + o, 16))
-        if UNROLL == 2:
-            o2 = o + parts * (BLOCK // 8)
-            x2 = tl.load(tl.multiple_of(ps + o2, 16))
+        if UNROLL >= 2:
+            x2 = tl.load(tl.multiple_of(ps + o + step, 16))
+        if UNROLL == 4:
+            x3 = tl.load(tl.multiple_of(ps + o + 2 * step, 16))
+            x4 = tl.load(tl.multiple_of(ps + o + 3 * step, 16))
         _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         tl.store(tl.multiple_of(pd + o, 16), x)
-        if UNROLL == 2:
-            tl.store(tl.multiple_of(pd + o2, 16), x2)
+        if UNROLL >= 2:
+            tl.store(tl.multiple_of(pd + o + step, 16), x2)
+        if UNROLL == 4:
+            tl.store(tl.multiple_of(pd + o + 2 * step, 16), x3)
+            tl.store(tl.multiple_of(pd + o + 3 * step, 16), x4)
         k += UNROLL * parts
-    if UNROLL == 2:
-        if k < blocks:
+    if UNROLL >= 2:
+        while k < blocks:  # the part's last blocks, fewer than UNROLL
             o = k * (BLOCK // 8) + lanes
             _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             x = tl.load(tl.multiple_of(ps + o, 16))
             _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             tl.store(tl.multiple_of(pd + o, 16), x)
+            k += parts
     if part == parts - 1:
         words = (n - head - blocks * BLOCK) // 8
         o = blocks * (BLOCK // 8) + lanes
@@ -125,14 +133,21 @@ def _copy_disjoint(src_addr, dst_addr, n, part, parts, BLOCK: tl.constexpr, UNRO
         _move_bytes_small(src_addr + t, dst_addr + t, n - t, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
 
 
-@triton.jit(do_not_specialize=["seed"])
-def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+@triton.jit(do_not_specialize=["cap", "seed"])
+def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, cap, seed, BLOCK: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
                          INTERLEAVE: tl.constexpr, UNROLL: tl.constexpr, NOGUARD_LEFT: tl.constexpr, FORWARD_RIGHT: tl.constexpr,
                          DROP_TAIL: tl.constexpr, CHECK_DST_ALIGN_ONLY: tl.constexpr,
                          DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr, SCHEDULE: tl.constexpr,
-                         SPLIT_MIN: tl.constexpr):
-    row = tl.program_id(0)
-    part = tl.program_id(1).to(tl.int64)
+                         SPLIT_MIN: tl.constexpr, PART_MAJOR: tl.constexpr):
+    """``cap`` parts a row: program (row, part) on a 2-D grid, or on a 1-D grid of ``rows * cap``
+    programs part-major (PART_MAJOR: neighbouring programs take neighbouring parts of one row)."""
+    if PART_MAJOR:
+        pid = tl.program_id(0).to(tl.int64)
+        row = pid // cap
+        part = pid % cap
+    else:
+        row = tl.program_id(0)
+        part = tl.program_id(1).to(tl.int64)
     src = tl.load(src_ptrs + row).to(tl.int64)
     dst = tl.load(dst_ptrs + row).to(tl.int64)
     n = tl.load(sizes + row).to(tl.int64)
@@ -144,7 +159,7 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, seed, BLOCK: tl.constexpr, S
                        DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
                        DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
     else:
-        parts = _parts(n, SPLIT_MIN)
+        parts = _parts(n, cap, SPLIT_MIN)
         if part < parts:
             piece = ((n + parts - 1) // parts + _ALIGN - 1) // _ALIGN * _ALIGN
             head = (_ALIGN - dst % _ALIGN) % _ALIGN  # later boundaries: dst + offset a multiple of ALIGN
@@ -202,16 +217,17 @@ def _check_vec(name, t):
 
 def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
                  block=BLOCK, split_block=SPLIT_BLOCK, parts=None, interleave=INTERLEAVE, unroll=UNROLL,
-                 split_min=SPLIT_MIN, num_warps=4, perturb=None):
+                 split_min=SPLIT_MIN, part_major=PART_MAJOR, num_warps=4, perturb=None):
     """memmove ``sizes[i]`` bytes from ``src_ptrs[i]`` to ``dst_ptrs[i]`` for every i.
 
     ``arena`` is accepted for the contract and ignored (pointers are absolute).
     ``perturb`` (a ``kernels.perturb.Perturb`` or its 5-tuple) sleeps chosen
     warps to make races show; its ``num_warps`` replaces ``num_warps``.
     ``split_block``, ``parts`` (the most programs a row is split over;
-    default ``parts_cap``), ``split_min`` (bytes a part holds at least), ``interleave`` (parts take a row's blocks in turn
-    rather than a span each) and ``unroll`` (1 or 2 blocks loaded before
-    storing) are for tuning (``bench/tune_large.py``).
+    default ``parts_cap``), ``split_min`` (bytes a part holds at least),
+    ``interleave`` (parts take a row's blocks in turn rather than a span
+    each), ``unroll`` (1, 2 or 4 blocks loaded before storing) and
+    ``part_major`` (the grid's order) are for tuning (``bench/tune_large.py``).
     """
     for name, t in (("src_ptrs", src_ptrs), ("dst_ptrs", dst_ptrs), ("sizes", sizes)):
         _check_vec(name, t)
@@ -222,7 +238,9 @@ def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
     cap = parts_cap(n) if parts is None else max(1, int(parts))
     if sizes.device.type != "cuda":
         cap = min(cap, parts_needed(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist(), cap, split_min))
+    if unroll not in (1, 2, 4):
+        raise ValueError(f"batch_memcpy: unroll must be 1, 2 or 4, got {unroll!r}")
     # on a GPU each row's count is decided in the kernel: no host synchronisation
-    launch(_batch_memcpy_kernel, (n, cap), (src_ptrs, dst_ptrs, sizes), perturb=perturb,
-           num_warps=num_warps, BLOCK=block, SPLIT_BLOCK=split_block, INTERLEAVE=bool(interleave),
-           UNROLL=2 if unroll == 2 else 1, SPLIT_MIN=int(split_min), **flags)
+    launch(_batch_memcpy_kernel, (n * cap,) if part_major else (n, cap), (src_ptrs, dst_ptrs, sizes, cap),
+           perturb=perturb, num_warps=num_warps, BLOCK=block, SPLIT_BLOCK=split_block, INTERLEAVE=bool(interleave),
+           UNROLL=int(unroll), SPLIT_MIN=int(split_min), PART_MAJOR=bool(part_major), **flags)

@@ -316,11 +316,13 @@ def check(k, consts):
     n = k.asm["ptx"].count("nanosleep.u32")
     assert (n > 0) == (consts["DELAY_NS"] > 0), (consts, n)
 for i, d in enumerate([NO_DELAY] + DELAYS):  # every position and schedule, 4 and 8 warps
-    c = {"BLOCK": 1024, "SPLIT_BLOCK": 8192, "SPLIT_MIN": 16384, "INTERLEAVE": i % 3 == 0, "UNROLL": 1 + i % 2,
+    c = {"BLOCK": 1024, "SPLIT_BLOCK": 8192, "SPLIT_MIN": 16384, "PART_MAJOR": i % 2 == 0,
+         "INTERLEAVE": i % 3 == 0, "UNROLL": 1 << i % 3,
          **{f: f == ("NOGUARD_LEFT" if i % 2 else None) for f in BM_FLAGS}, **d}
     check(comp(_batch_memcpy_kernel, BM_SIG, c, 8 if i % 2 else 4), c)
 # as launched: the seed argument is the int64 word that carries delay, schedule and seed
-c = {"BLOCK": 1024, "SPLIT_BLOCK": 8192, "SPLIT_MIN": 16384, "INTERLEAVE": False, "UNROLL": 1, **{f: False for f in BM_FLAGS},
+c = {"BLOCK": 1024, "SPLIT_BLOCK": 8192, "SPLIT_MIN": 16384, "PART_MAJOR": False,
+     "INTERLEAVE": False, "UNROLL": 1, **{f: False for f in BM_FLAGS},
      "DELAY_POS": 2, "DELAY_NS": 1, "SCHEDULE": 1}
 check(comp(_batch_memcpy_kernel, {**BM_SIG, "seed": "i64"}, c, 8), c)
 for v, d in zip((None, "SD_SPAN", "DS_ROW"), DELAYS[::2]):

@@ -293,32 +293,35 @@ def test_batch_memcpy_bytes_do_not_depend_on_the_grid(device):
     """The tuning knobs change who copies what, never the bytes: any parts cap, any step, any part size."""
     from mambafuzz.kernels.batch_memcpy import batch_memcpy
     knobs = [(parts, split_block, interleave, unroll) for parts in (1, 2, 3, 7, 64) for split_block in (1024, 4096)
-             for interleave, unroll in ((False, 1), (True, 2) if parts % 2 else (True, 1), (False, 2))]
+             for interleave, unroll in ((False, 1), (True, 2) if parts % 2 else (True, 1), (False, 2),
+                                        (True, 4) if parts % 2 else (False, 4))]
     for i, (parts, split_block, interleave, unroll) in enumerate(knobs):
-        split_min = (4096, 8192, SPLIT_MIN)[i % 3]
+        split_min, part_major = (4096, 8192, SPLIT_MIN)[i % 3], i % 2 == 1
         arena, snap = make_arena(4, SPLIT_ARENA, device)
         rows = np.asarray(SPLIT_ROWS, dtype=np.int64)
         base = arena.data_ptr()
         expected = oracle.expect_batch(snap, rows[:, 0], rows[:, 1], rows[:, 2])
         batch_memcpy(i64(rows[:, 0] + base, device), i64(rows[:, 1] + base, device), i64(rows[:, 2], device),
                      parts=parts, split_block=split_block, interleave=interleave, unroll=unroll,
-                     split_min=split_min)
-        assert same(arena.cpu().numpy(), expected), (parts, split_block, interleave, unroll, split_min)
+                     split_min=split_min, part_major=part_major)
+        assert same(arena.cpu().numpy(), expected), (parts, split_block, interleave, unroll, split_min, part_major)
 
 
 @interp_only
-@pytest.mark.parametrize("interleave, unroll", [(False, 1), (True, 1), (True, 2), (False, 2)])
-def test_batch_memcpy_gpu_grid_gives_the_same_bytes(interleave, unroll):
+@pytest.mark.parametrize("interleave, unroll, part_major", [(False, 1, False), (True, 1, True), (True, 2, False),
+                                                            (False, 2, True), (True, 4, False), (False, 4, True)])
+def test_batch_memcpy_gpu_grid_gives_the_same_bytes(interleave, unroll, part_major):
     """The GPU launch (MAX_PARTS parts for every row, idle ones exit) as the interpreter runs it."""
     from mambafuzz.kernels.batch_memcpy import _batch_memcpy_kernel, _flags
     arena, snap = make_arena(4, SPLIT_ARENA, "cpu")
     rows = np.asarray(SPLIT_ROWS + [(1_700_000, 1_750_000, 9)], dtype=np.int64)
     base = arena.data_ptr()
     expected = oracle.expect_batch(snap, rows[:, 0], rows[:, 1], rows[:, 2])
-    _batch_memcpy_kernel[(len(rows), MAX_PARTS)](i64(rows[:, 0] + base, "cpu"), i64(rows[:, 1] + base, "cpu"),
-                                                 i64(rows[:, 2], "cpu"), 0, BLOCK=BLOCK, SPLIT_BLOCK=SPLIT_BLOCK,
-                                                 SPLIT_MIN=SPLIT_MIN, INTERLEAVE=interleave, UNROLL=unroll, **_flags(None),
-                                                 DELAY_POS=0, DELAY_NS=0, SCHEDULE=0)
+    grid = (len(rows) * MAX_PARTS,) if part_major else (len(rows), MAX_PARTS)
+    _batch_memcpy_kernel[grid](i64(rows[:, 0] + base, "cpu"), i64(rows[:, 1] + base, "cpu"), i64(rows[:, 2], "cpu"),
+                               MAX_PARTS, 0, BLOCK=BLOCK, SPLIT_BLOCK=SPLIT_BLOCK, SPLIT_MIN=SPLIT_MIN,
+                               INTERLEAVE=interleave, UNROLL=unroll, PART_MAJOR=part_major, **_flags(None),
+                               DELAY_POS=0, DELAY_NS=0, SCHEDULE=0)
     assert same(arena.numpy(), expected)
 
 
@@ -928,8 +931,8 @@ def test_registry_import_does_not_import_mambafuzz():
 _COMPILE_CODE = r'''
 for i, v in enumerate((None,) + BM_FLAGS):  # every zoo flag; interleaved or spans, unrolled or not
     comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, "SPLIT_BLOCK": 8192, "SPLIT_MIN": 8192 << i % 2,
-                                        "INTERLEAVE": i % 2 == 0,
-                                        "UNROLL": 1 + (i // 2) % 2, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
+                                        "INTERLEAVE": i % 2 == 0, "PART_MAJOR": i % 3 == 0,
+                                        "UNROLL": 1 << (i // 2) % 3, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
 from mambafuzz.kernels.check import _check_chunks, _walk_chunks, _sum_chunks, _restore_chunks
 comp(_restore_chunks, {"arena": "*u8", "snapshot": "*u8", "order": "*i64", "n": "i64"},
      {"WORDS": 512, "ALIGNED16": True}, 2)
