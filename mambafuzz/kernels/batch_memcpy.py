@@ -8,18 +8,22 @@ memmove of ``sizes[i]`` bytes (full overlap support, both directions).
 
 Splitting long rows: a row whose source and destination do not overlap (or
 overlap exactly) is shared by ``min(parts, ceil(size / SPLIT_MIN))`` programs,
-``parts`` being the grid's second dimension; program (row, p) copies part p.
+``parts`` being the parts the grid holds for every row; program (row, p)
+copies part p.  The grid is 1-D and part-major (``PART_MAJOR``): program
+``row * parts + p``, so programs that run side by side stream through
+neighbouring blocks of one row, as a flat copy does; the 2-D (row, part) grid
+ran 3-5 points of ``copy_`` slower at every shape tried.
 Parts cover disjoint bytes and read none another part writes, so no ordering
 between programs is needed.  When source and destination agree mod 16, the
 row goes to ``_copy_disjoint``: a byte head (part 0) to 16-byte alignment,
 then whole blocks of ``SPLIT_BLOCK`` bytes dealt out to the parts in turn
 (``INTERLEAVE``: the parts walk the row side by side), unmasked, through
-pointers marked 16-byte aligned so every lane moves 16-byte vectors, two
-blocks loaded before either is stored (``UNROLL``), and the last partial block
+pointers marked 16-byte aligned so every lane moves 16-byte vectors, four
+blocks loaded before any is stored (``UNROLL``), and the last partial block
 and byte tail (the last part).  ``_move_span``'s masked u64 lanes reached
-about three quarters of ``copy_`` on an H200, this path 86-91% over every
-shape tried (``bench/tune_large.py``; the interleaved, unrolled default was
-the best at 4 warps, by 2-3 points).  Other rows, and every row of the
+about three quarters of ``copy_`` on an H200, this path 92-95% with the
+defaults (``bench/tune_large.py``, which sweeps every knob; a flat Triton copy
+of the same bytes reaches 96-97%).  Other rows, and every row of the
 TAIL-DROP and MISALIGN variants, are cut into spans whose boundaries after the
 first sit where ``dst`` is ``ALIGN``-byte aligned, so only the first span has a
 byte head and only the last a byte tail (TAIL-DROP drops the same bytes as
@@ -29,10 +33,12 @@ A row that overlaps itself stays in program (row, 0), walking away from the
 overlap with the barrier of ``_move_span``: a second program could store bytes
 the first has yet to load.
 
-The grid's second dimension (``parts_cap``) comes from the row count alone:
-about ``PROGRAMS`` programs in all, at most ``MAX_PARTS`` a row, so a long
-batch of short rows does not launch idle programs by the thousand, and no
+The parts a row gets on the grid (``parts_cap``) come from the row count
+alone: about ``PROGRAMS`` programs in all, at most ``MAX_PARTS`` a row, so no
 host synchronisation is needed (the launch can be captured in a CUDA graph).
+The price is idle programs when rows are short: about half a nanosecond
+each on an H200, so a batch of up to 64 short rows pays a few microseconds
+(``tune_large.py --sections idle``).
 On the CPU (the interpreter, where every idle program costs) the launcher
 reads the sizes and launches no more parts than the longest row needs; each
 row is split exactly as on a GPU.
@@ -45,14 +51,14 @@ from .copy import _move_bytes_small, _move_span, _perturb
 from .launch import launch, variant_flags
 
 BLOCK = 1024  # bytes per body chunk
-MAX_PARTS = 64        # programs one row may be split over, at most
-PROGRAMS = 4096       # about this many programs in a launch when rows are split (see parts_cap)
+MAX_PARTS = 256       # programs one row may be split over, at most (a 4 MiB row in 16 KiB parts)
+PROGRAMS = 16384      # about this many programs in a launch when rows are split (see parts_cap)
 SPLIT_MIN = 16 << 10  # bytes per part at least: shorter rows stay in one program
-SPLIT_BLOCK = 8192    # bytes per step of a row that does not overlap itself (no barrier, wider steps)
+SPLIT_BLOCK = 4096    # bytes per step of a row that does not overlap itself (no barrier, wider steps)
 ALIGN = 128           # part boundaries after the first: dst at a multiple of this
 INTERLEAVE = True     # the 16-byte path: parts take a row's blocks in turn (True) or a span each
-UNROLL = 2            # the 16-byte path: blocks loaded before the first is stored (1, 2 or 4)
-PART_MAJOR = False    # the grid: (rows, parts), or 1-D with a row's parts side by side
+UNROLL = 4            # the 16-byte path: blocks loaded before the first is stored (1, 2 or 4)
+PART_MAJOR = True     # the grid: 1-D with a row's parts side by side (True) or 2-D (rows, parts)
 _ALIGN = tl.constexpr(ALIGN)
 
 # zoo id -> constexpr flags of _move_span
