@@ -95,6 +95,15 @@ class Report:
         print(s, flush=True)
         self.lines.append(s)
 
+    def table(self, title: str | None, columns: list[str], aligns: str) -> None:
+        """A section's heading (when ``title``) and a markdown table's header: ``aligns`` has one
+        letter a column, ``l`` or ``r``."""
+        if title:
+            self(f"## {title}")
+            self()
+        self("| " + " | ".join(columns) + " |")
+        self("| " + " | ".join("---:" if a == "r" else "---" for a in aligns) + " |")
+
     def write(self, path: Path | None) -> None:
         if path:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ for step in "$@"; do
     info) run info 60 "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $W/info.txt;
           python3 -c 'import torch, triton, hypothesis, numpy, platform; print(\"python\", platform.python_version(), \"torch\", torch.__version__, \"triton\", triton.__version__, \"hypothesis\", hypothesis.__version__, \"numpy\", numpy.__version__)' >> $W/info.txt; cat $W/info.txt" ;;
     tests) run tests 330 "MAMBAFUZZ_DEVICE=cuda python3 -m pytest -m gpu -q -p no:cacheprovider tests/ > $W/gpu_tests.txt 2>&1; tail -5 $W/gpu_tests.txt" ;;
-    tune) run tune 300 "python3 bench/tune_large.py --sections ${TUNE_SECTIONS:-copy,idle,ceilings,short,judge,together} --out $W/tune_large.md > $W/tune_large.log 2>&1; tail -60 $W/tune_large.md" ;;
+    tune) run tune 300 "python3 bench/tune_large.py --sections ${TUNE_SECTIONS:-copy,idle,ceilings,judge,together} --out $W/tune_large.md > $W/tune_large.log 2>&1; tail -60 $W/tune_large.md" ;;
     precompile) run precompile 400 "python3 bench/precompile_bench.py --out $W/precompile.md > $W/precompile.log 2>&1; cat $W/precompile.md" ;;
     reps) run reps 300 "python3 bench/gpu_bench.py --pairs 3 --out $W/gpu_bench.md > $W/gpu_bench.log 2>&1; tail -30 $W/gpu_bench.log" ;;
     reps100) run reps100 300 "python3 bench/gpu_bench.py --pairs 3 --reps-large 100 --out $W/gpu_bench_100.md > $W/gpu_bench_100.log 2>&1; tail -12 $W/gpu_bench_100.log" ;;

@@ -12,8 +12,6 @@ alone over a grid of their tuning knobs, then the two together as
   write bytes);
 * idle: what a grid's idle parts cost small batches in a CUDA graph;
 * ceilings: a flat Triton copy and ``copy_`` of the same bytes;
-* short batches: the default grid (``parts_cap``) against the previous one (32
-  parts for every row), side by side;
 * judge: ``ChunkCheck(words=, num_warps=)`` on the 256 MiB of changed chunks
   of a 512 MiB arena, as read GB/s, next to read ceilings (a plain sum of the
   same chunks, the same sum with the judge's mixing, torch's ``sum``);
@@ -42,7 +40,7 @@ from _gpu_common import Report, commit, device_line, median_us, reference_copy, 
 from gpu_bench import disjoint_rows  # noqa: E402
 
 MiB = 1 << 20
-SECTIONS = ("copy", "idle", "ceilings", "short", "judge", "together")
+SECTIONS = ("copy", "idle", "ceilings", "judge", "together")
 IDLE_PARTS = (64, 128, 256, 512, 1024)
 
 
@@ -109,17 +107,28 @@ def main(argv=None) -> int:
     def copied_right(arena, spans, size):
         return all(torch.equal(arena[s:s + size], arena[d:d + size]) for s, d in spans[:: max(1, len(spans) // 16)])
 
+    def section(name, title, columns, aligns, body):
+        """One section, when chosen: its table's header, ``body()`` (a failure is shown, the run goes on)."""
+        if name not in sections:
+            return
+        out.table(title, columns, aligns)
+        try:
+            body()
+        except Exception:  # noqa: BLE001
+            out.traceback()
+        torch.cuda.empty_cache()
+        out()
+
     # ------------------------------------------------------------------ copy sweep
-    best_copy, best_judge = {}, None
+    best_copy, best = {}, {"judge": None}
     if "copy" in sections:
         out("## batch copy alone, region to region (% of copy_)")
         out()
         out("Bytes a part holds at least (`split_min`) and the parts a row is split over set each "
             "program's work; `parts` is what the row needs at that `split_min` (or the default grid).")
         out()
-        out("| rows x size | split_min | parts per row at most | split_block | num_warps | interleave, unroll "
-            "| grid | us | % of copy_ |")
-        out("| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |")
+        out.table(None, ["rows x size", "split_min", "parts per row at most", "split_block", "num_warps",
+                         "interleave, unroll", "grid", "us", "% of copy_"], "lrrrrllrr")
     for rows, size in ((64, 4 * MiB), (256, 1 * MiB)) if "copy" in sections else ():
         try:
             arena, src, dst, sizes, spans = region(rows, size)
@@ -160,11 +169,7 @@ def main(argv=None) -> int:
         out()
 
     # ------------------------------------------------------------------ idle programs in a graph
-    if "idle" in sections:
-        out("## small batches in a CUDA graph: what the grid's idle parts cost (us a launch, 16 a graph)")
-        out()
-        out("| batch | " + " | ".join(f"{p} parts" for p in IDLE_PARTS) + " |")
-        out("| --- | " + " | ".join("---:" for _ in IDLE_PARTS) + " |")
+    def idle():
         for label, rows, size, shift in (("1 x 4096 B, region to region", 1, 4096, None),
                                          ("1 x 4096 B, left shift 16", 1, 4096, 16),
                                          ("16 x 64 KiB, region to region", 16, 64 << 10, None),
@@ -188,130 +193,97 @@ def main(argv=None) -> int:
                 out(f"| {label} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
             except Exception as exc:  # noqa: BLE001
                 out(f"| {label} | error {type(exc).__name__}: {exc} |")
-        out()
+
+    section("idle", "small batches in a CUDA graph: what the grid's idle parts cost (us a launch, 16 a graph)",
+            ["batch"] + [f"{p} parts" for p in IDLE_PARTS], "l" + "r" * len(IDLE_PARTS), idle)
 
     # ------------------------------------------------------------------ copy ceilings
-    if "ceilings" in sections:
-        out("## copy ceilings: 256 MiB from one region to another (% of the 1 GiB copy_)")
-        out()
-        out("| copy | us | % of copy_ |")
-        out("| --- | ---: | ---: |")
-        try:
-            from _tune_kernels import flat_copy
-            a = torch.randint(0, 256, (256 * MiB,), dtype=torch.uint8, device=dev)
-            b = torch.empty_like(a)
-            us = us_of(lambda: b.copy_(a))
-            out(f"| torch copy_ of 256 MiB | {us:.1f} | {2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
-            for bw in (512, 1024, 2048):
-                for unroll in (1, 2, 4):
-                    for evict in (False, True):
-                        for w in (4, 8):
-                            grid = (256 * MiB // 8 // (bw * unroll),)
-                            fn = (lambda bw=bw, unroll=unroll, evict=evict, w=w, grid=grid: flat_copy[grid](
-                                a, b, 256 * MiB // 8, BLOCK_WORDS=bw, UNROLL=unroll, EVICT=evict, num_warps=w,
-                                num_stages=1))
-                            b.zero_()
-                            fn()
-                            ok = torch.equal(a, b)
-                            us = us_of(fn)
-                            out(f"| Triton flat copy: {bw * 8} B x {unroll} per program, {w} warps"
-                                f"{', evict-first loads' if evict else ''}{'' if ok else ' WRONG BYTES'} | {us:.1f} | "
-                                f"{2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
-            del a, b
-            torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001
-            out.traceback()
-        out()
+    def ceilings():
+        from _tune_kernels import flat_copy
+        a = torch.randint(0, 256, (256 * MiB,), dtype=torch.uint8, device=dev)
+        b = torch.empty_like(a)
+        us = us_of(lambda: b.copy_(a))
+        out(f"| torch copy_ of 256 MiB | {us:.1f} | {2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
+        for bw in (512, 1024, 2048):
+            for unroll in (1, 2, 4):
+                for evict in (False, True):
+                    for w in (4, 8):
+                        grid = (256 * MiB // 8 // (bw * unroll),)
+                        fn = (lambda bw=bw, unroll=unroll, evict=evict, w=w, grid=grid: flat_copy[grid](
+                            a, b, 256 * MiB // 8, BLOCK_WORDS=bw, UNROLL=unroll, EVICT=evict, num_warps=w,
+                            num_stages=1))
+                        b.zero_()
+                        fn()
+                        ok = torch.equal(a, b)
+                        us = us_of(fn)
+                        out(f"| Triton flat copy: {bw * 8} B x {unroll} per program, {w} warps"
+                            f"{', evict-first loads' if evict else ''}{'' if ok else ' WRONG BYTES'} | {us:.1f} | "
+                            f"{2 * 256 * MiB / (us * 1e-6) / ref_bw:.0%} |")
 
-    # ------------------------------------------------------------------ short batches: the grid's cost
-    if "short" in sections:
-        out("## short batches: what idle programs cost (the grid's second dimension against the default)")
-        out()
-        out("| batch | default grid us | 32 parts us | 64 parts us | 256 parts us |")
-        out("| --- | ---: | ---: | ---: | ---: |")
-        for rows, size in ((4096, 1024), (128, 32 * 1024), (1, 4096)):
-            try:
-                arena, src, dst, sizes, spans = region(rows, size, gap=64)
-                fns = [lambda p=p: bm.batch_memcpy(src, dst, sizes, parts=p) for p in (None, 32, 64, 256)]
-                samples = [[] for _ in fns]
-                for _ in range(5):  # alternately
-                    for f, got in zip(fns, samples):
-                        got.append(us_of(f))
-                out(f"| {rows} x {size} B (default {bm.parts_cap(rows)}) | "
-                    + " | ".join(f"{sorted(got)[2]:.1f}" for got in samples) + " |")
-            except Exception as exc:  # noqa: BLE001
-                out(f"| {rows} x {size} B | error {type(exc).__name__}: {exc} | | | |")
-        out()
+    section("ceilings", "copy ceilings: 256 MiB from one region to another (% of the 1 GiB copy_)",
+            ["copy", "us", "% of copy_"], "lrr", ceilings)
 
     # ------------------------------------------------------------------ judge sweep
-    if "judge" in sections:
-        out("## chunk judge alone: 256 MiB of changed chunks in a 512 MiB arena (read GB/s)")
-        out()
-        out("| judge | words per chunk | num_warps | us | read GB/s | % of copy_ traffic rate |")
-        out("| --- | ---: | ---: | ---: | ---: | ---: |")
+    def judge():
         half = 256 * MiB
-        try:
-            snapshot = torch.randint(0, 256, (2 * half,), dtype=torch.uint8, device=dev)
-            expected = snapshot.clone()
-            expected[half:] = snapshot[:half]
-            arena = expected.clone()
-            for words in (512, 1024, 2048, 4096):
-                chunk = 8 * words
-                n_chunks = 2 * half // chunk
-                order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
-                sums = torch.empty(n_chunks // 2, dtype=torch.int64, device=dev)
-                for mix in (0, 1):
-                    for w in (4, 8):
-                        fn = (lambda words=words, mix=mix, w=w: read_sum[(n_chunks // 2,)](
-                            arena, order, sums, WORDS=words, MIX=mix, num_warps=w, num_stages=1))
-                        us = us_of(fn)
-                        out(f"| ceiling: {'mixed' if mix else 'plain'} sum | {words} | {w} | {us:.1f} | "
-                            f"{half / us / 1e3:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
-                for w in (2, 4, 8):
-                    cc = check.ChunkCheck(arena, expected, snapshot, order, n_chunks // 2, 0, full_every=1 << 30,
-                                          words=words, num_warps=w)
-                    counter = torch.zeros(4, dtype=torch.int64, device=dev)
-                    fn = lambda cc=cc, counter=counter: cc(counter, 0)  # noqa: E731
+        snapshot = torch.randint(0, 256, (2 * half,), dtype=torch.uint8, device=dev)
+        expected = snapshot.clone()
+        expected[half:] = snapshot[:half]
+        arena = expected.clone()
+        for words in (512, 1024, 2048, 4096):
+            chunk = 8 * words
+            n_chunks = 2 * half // chunk
+            order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
+            sums = torch.empty(n_chunks // 2, dtype=torch.int64, device=dev)
+            for mix in (0, 1):
+                for w in (4, 8):
+                    fn = (lambda words=words, mix=mix, w=w: read_sum[(n_chunks // 2,)](
+                        arena, order, sums, WORDS=words, MIX=mix, num_warps=w, num_stages=1))
                     us = us_of(fn)
-                    ok = int(counter.sum()) == 0
-                    gbs = half / us / 1e3
-                    if ok and (best_judge is None or gbs > best_judge[0]):
-                        best_judge = (gbs, words, w)
-                    out(f"| ChunkCheck{'' if ok else ' (COUNTED BYTES ON A CORRECT ARENA)'} | {words} | {w} | "
-                        f"{us:.1f} | {gbs:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
-            x = arena[half:].view(torch.int64)
-            us = us_of(lambda: x.sum())
-            out(f"| ceiling: torch sum (int64) | | | {us:.1f} | {half / us / 1e3:.0f} | "
-                f"{half / (us * 1e-6) / ref_bw:.0%} |")
-            # the judge still sees a wrong byte (and restores the whole arena after it)
-            if best_judge:
-                _, words, w = best_judge
-                chunk = 8 * words
-                n_chunks = 2 * half // chunk
-                order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
+                    out(f"| ceiling: {'mixed' if mix else 'plain'} sum | {words} | {w} | {us:.1f} | "
+                        f"{half / us / 1e3:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
+            for w in (2, 4, 8):
                 cc = check.ChunkCheck(arena, expected, snapshot, order, n_chunks // 2, 0, full_every=1 << 30,
                                       words=words, num_warps=w)
-                counter = torch.zeros(2, dtype=torch.int64, device=dev)
-                arena[half + 12345] ^= 1
-                cc(counter, 0)
-                torch.cuda.synchronize()
-                c = (half + 12345) // chunk
-                out()
-                out(f"- best judge (words {words}, num_warps {w}): one flipped byte counted {int(counter[0])} "
-                    f"(expect 1); its chunk restored to the snapshot: "
-                    f"{torch.equal(arena[c * chunk:(c + 1) * chunk], snapshot[c * chunk:(c + 1) * chunk])}")
-            del snapshot, expected, arena
-            torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001
-            out.traceback()
-        out()
+                counter = torch.zeros(4, dtype=torch.int64, device=dev)
+                fn = lambda cc=cc, counter=counter: cc(counter, 0)  # noqa: E731
+                us = us_of(fn)
+                ok = int(counter.sum()) == 0
+                gbs = half / us / 1e3
+                if ok and (best["judge"] is None or gbs > best["judge"][0]):
+                    best["judge"] = (gbs, words, w)
+                out(f"| ChunkCheck{'' if ok else ' (COUNTED BYTES ON A CORRECT ARENA)'} | {words} | {w} | "
+                    f"{us:.1f} | {gbs:.0f} | {half / (us * 1e-6) / ref_bw:.0%} |")
+        x = arena[half:].view(torch.int64)
+        us = us_of(lambda: x.sum())
+        out(f"| ceiling: torch sum (int64) | | | {us:.1f} | {half / us / 1e3:.0f} | "
+            f"{half / (us * 1e-6) / ref_bw:.0%} |")
+        # the judge still sees a wrong byte (and restores the whole arena after it)
+        if best["judge"]:
+            _, words, w = best["judge"]
+            chunk = 8 * words
+            n_chunks = 2 * half // chunk
+            order = torch.cat([torch.arange(n_chunks // 2, n_chunks), torch.arange(0, n_chunks // 2)]).to(dev)
+            cc = check.ChunkCheck(arena, expected, snapshot, order, n_chunks // 2, 0, full_every=1 << 30,
+                                  words=words, num_warps=w)
+            counter = torch.zeros(2, dtype=torch.int64, device=dev)
+            arena[half + 12345] ^= 1
+            cc(counter, 0)
+            torch.cuda.synchronize()
+            c = (half + 12345) // chunk
+            out()
+            out(f"- best judge (words {words}, num_warps {w}): one flipped byte counted {int(counter[0])} "
+                f"(expect 1); its chunk restored to the snapshot: "
+                f"{torch.equal(arena[c * chunk:(c + 1) * chunk], snapshot[c * chunk:(c + 1) * chunk])}")
+
+    section("judge", "chunk judge alone: 256 MiB of changed chunks in a 512 MiB arena (read GB/s)",
+            ["judge", "words per chunk", "num_warps", "us", "read GB/s", "% of copy_ traffic rate"], "lrrrrr", judge)
 
     # ------------------------------------------------------------------ together
     if "together" in sections:
-        out("## together: target + judge per repetition, as gpu_reps.run_reps runs a large idempotent case")
-        out()
-        out("| case | copy (split_block, warps, parts) | judge (words, warps) | us per repetition | useful % of copy_ |")
-        out("| --- | --- | --- | ---: | ---: |")
+        out.table("together: target + judge per repetition, as gpu_reps.run_reps runs a large idempotent case",
+                  ["case", "copy (knobs other than the defaults)", "judge (words, warps)", "us per repetition",
+                   "useful % of copy_"], "lllrr")
         n = args.together_reps
         for rows, size in ((64, 4 * MiB), (256, 1 * MiB)):
             try:
@@ -362,16 +334,15 @@ def main(argv=None) -> int:
             "partial repetition), the walk launch alone (exits at once), and the start's restore (once per "
             f"{n} repetitions).")
         out()
-        out("| case | copy | judge | walk only | restore of the whole arena |")
-        out("| --- | ---: | ---: | ---: | ---: |")
+        out.table(None, ["case", "copy", "judge", "walk only", "restore of the whole arena"], "lrrrr")
         for rows, size in ((64, 4 * MiB),):
             try:
                 arena, src, dst, sizes, spans = region(rows, size)
                 snapshot = arena.clone()
                 bm.batch_memcpy(src, dst, sizes)
                 expected = arena.clone()
-                words = best_judge[1] if best_judge else check.CHUNK_WORDS
-                w = best_judge[2] if best_judge else 4
+                words = best["judge"][1] if best["judge"] else check.CHUNK_WORDS
+                w = best["judge"][2] if best["judge"] else 4
                 chunk = 8 * words
                 n_chunks = -(-arena.numel() // chunk)
                 hot = torch.zeros(n_chunks, dtype=torch.bool, device=dev)
