@@ -1,0 +1,89 @@
+"""Where a large case's repetition batch spends its time on the GPU (a diagnostic, GPU only).
+
+One ``gpu_reps.run_reps(graph=False)`` batch of the 64 x 4 MiB region-to-region
+case (``gpu_bench``'s), under ``torch.profiler``: the GPU's busy time per
+kernel, the idle gaps between kernels (the host not keeping up), and when the
+first kernel starts.  The profiler slows the host, so the wall clock and the
+gaps are upper bounds; the kernels' own times are not affected.
+
+    TRITON_INTERPRET=0 python bench/loop_timeline.py [--reps 50 100] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from _gpu_common import Report, commit, device_line, require_compiled_gpu  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, nargs="+", default=[50, 100], help="batch lengths (default 50 100)")
+    ap.add_argument("--out", type=Path, help="also write the results as markdown here")
+    args = ap.parse_args(argv)
+    torch = require_compiled_gpu("loop_timeline", force_compiled=True)
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpu_bench import disjoint_rows
+    from mambafuzz import gpu_reps
+    from mambafuzz.kernels import registry
+    from mambafuzz.materialize import materialize
+
+    out = Report("loop_timeline")
+    out("# loop_timeline: one large batch's GPU timeline")
+    out()
+    out(device_line())
+    out(f"- commit: {commit()}; command: python bench/loop_timeline.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    out("- case: 64 rows x 4 MiB, region to region (512 MiB arena), triton.batch_memcpy, run_reps(graph=False)")
+    out()
+    m = materialize(disjoint_rows(64, 4 << 20), "cuda")
+    fn = registry.get("triton.batch_memcpy").fn
+    gpu = torch.autograd.DeviceType.CUDA
+    for n in args.reps:
+        gpu_reps.run_reps(m, fn, n, graph=False)  # compile, cache the judge's buffers
+        m.restore()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            gpu_reps.run_reps(m, fn, n, graph=False)
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) * 1e6
+        events = prof.events()
+        kernels = sorted((e for e in events if e.device_type == gpu), key=lambda e: e.time_range.start)
+        busy = sum(e.time_range.end - e.time_range.start for e in kernels)
+        gaps, last_end = [], kernels[0].time_range.end
+        for e in kernels[1:]:
+            gaps.append(e.time_range.start - last_end)
+            last_end = max(last_end, e.time_range.end)
+        idle = [g for g in gaps if g > 5]
+        first_cpu = min(e.time_range.start for e in events if e.device_type != gpu)
+        out(f"## {n} repetitions")
+        out()
+        out(f"- wall (profiled) {wall:.0f} us, {wall / n:.1f} us a repetition; GPU busy {busy:.0f} us, "
+            f"{busy / n:.1f} us a repetition")
+        out(f"- gaps over 5 us between kernels: {len(idle)}, {sum(idle):.0f} us in all (largest "
+            f"{', '.join(f'{g:.0f}' for g in sorted(idle)[-3:])} us); first kernel "
+            f"{kernels[0].time_range.start - first_cpu:.0f} us after the batch's first host operation")
+        out()
+        out.table(None, ["kernel", "launches", "us in all", "us each"], "lrrr")
+        by: dict[str, list] = {}
+        for e in kernels:
+            row = by.setdefault(e.name[:48], [0, 0.0])
+            row[0] += 1
+            row[1] += e.time_range.end - e.time_range.start
+        for name, (count, total) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+            out(f"| {name} | {count} | {total:.0f} | {total / count:.1f} |")
+        out()
+    out.finish(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
