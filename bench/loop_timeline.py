@@ -4,7 +4,10 @@ One ``gpu_reps.run_reps(graph=False)`` batch of the 64 x 4 MiB region-to-region
 case (``gpu_bench``'s), under ``torch.profiler``: the GPU's busy time per
 kernel, the idle gaps between kernels (the host not keeping up), and when the
 first kernel starts.  The profiler slows the host, so the wall clock and the
-gaps are upper bounds; the kernels' own times are not affected.
+gaps are upper bounds; the kernels' own times are not affected.  Then,
+unprofiled, the host's side alone: how long it takes to issue a
+repetition's launches (the target through ``Materialized.run`` and the
+judge, as ``run_reps`` issues them), against the batch's wall clock.
 
     TRITON_INTERPRET=0 python bench/loop_timeline.py [--reps 50 100] [--out FILE]
 """
@@ -81,6 +84,28 @@ def main(argv=None) -> int:
         for name, (count, total) in sorted(by.items(), key=lambda kv: -kv[1][1]):
             out(f"| {name} | {count} | {total:.0f} | {total / count:.1f} |")
         out()
+    bufs = gpu_reps._Buffers.of(m, gpu_reps.choose_judge(m), None, gpu_reps.FULL_EVERY)
+    out.table("the host's side, unprofiled (median of 5)",
+              ["repetitions", "host: issuing a repetition's launches, us", "run_reps wall, us a repetition"], "rrr")
+    for n in args.reps:
+        counter = torch.zeros(n, dtype=torch.int64, device=m.arena.device)
+        base = torch.zeros(1, dtype=torch.int64, device=m.arena.device)
+        issue, wall = [], []
+        for _ in range(5):
+            m.restore()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(n):  # the launches run_reps issues for slot i, without its bookkeeping
+                m.run(fn)
+                bufs(counter, i, base, n - 1)
+            issue.append((time.perf_counter() - t0) / n * 1e6)
+            torch.cuda.synchronize()
+            m.restore()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            gpu_reps.run_reps(m, fn, n, graph=False)
+            wall.append((time.perf_counter() - t0) / n * 1e6)
+        out(f"| {n} | {sorted(issue)[2]:.1f} | {sorted(wall)[2]:.1f} |")
     out.finish(args.out)
     return 0
 
