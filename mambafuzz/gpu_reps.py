@@ -342,11 +342,17 @@ class _Buffers:
                                       positions=m._positions, **aux)
         self.judge = "chunks" if self.plan is not None else "full"
 
-    def __call__(self, counter, slot, slot_base, last_slot: int) -> None:
+    def __call__(self, counter, slot, slot_base, last_slot: int, walk: bool = True) -> None:
+        """Judge one repetition; ``walk=False``: the caller knows it is not a full one (the chunks
+        judge then leaves out its walk launch, which would exit at once)."""
         if self.plan is None:
             self.check(counter, slot, slot_base)
         else:
-            self.check(counter, slot, slot_base, last_slot)
+            self.check(counter, slot, slot_base, last_slot, walk=walk)
+
+    def full(self, slot: int, last_slot: int) -> bool:
+        """Whether absolute `slot` is a full repetition of the chunks judge (``ChunkCheck``)."""
+        return self.plan is not None and ((slot + 1) % self.check.full_every == 0 or slot == last_slot)
 
     @staticmethod
     def of(m: Materialized, judge: str = "full", words: int | None = None,
@@ -416,9 +422,9 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     slot_base = torch.zeros(1, dtype=torch.int64, device=dev)   # the graph: advanced by K per replay
     scratch = torch.zeros(1, dtype=torch.int64, device=dev)     # the warm-up's count, never read
 
-    def launch_rep(slot: int) -> None:
+    def launch_rep(slot: int) -> None:  # a plain launch knows its slot: no walk launch unless full
         run()
-        bufs(counter, slot, zero_base, last)
+        bufs(counter, slot, zero_base, last, walk=bufs.full(slot, last))
 
     def body() -> None:
         for i in range(plan.k):

@@ -47,11 +47,13 @@ differs is read again with the expectation to count its differing bytes
 exactly.  A chunk is then restored from the snapshot if it differs, or if it
 is among the first ``n_restore`` (the chunks the next repetition reads back).
 The second launch (``_walk_chunks``, ``STRIDE_PROGRAMS`` programs that exit at
-once after a passing repetition that is not full) walks the other chunks,
-grid-strided, in every ``full_every``-th repetition, the last one
-(``last_slot``) and any failing one: it counts what differs there and restores
-exactly that, so a stray write outside the changed chunks is counted within
-``full_every`` repetitions and never outlives a failing one.  Splitting the
+once in a repetition that is not full; a launch loop skips it there) walks
+the other chunks, grid-strided, in every ``full_every``-th repetition and the
+last one (``last_slot``): it counts what differs there and restores exactly
+that, so a stray write outside the changed chunks is counted, and undone,
+within ``full_every`` repetitions and by the batch's end.  (A failing
+repetition once walked too; that kept a stray write from outliving it, but
+cost every repetition a launch, 2-3% of a large one.)  Splitting the
 walk off keeps the every-repetition kernel at few registers, hence at full
 occupancy (the read bandwidth ``bench/tune_large.py`` measures).  No chunk sum
 is ever trusted to say "equal" for bytes it did not read: only unequal sums
@@ -321,15 +323,15 @@ def _check_chunks(arena, expected, snapshot, sums, order, counter, slot_base, sl
 def _walk_chunks(arena, expected, snapshot, sums, order, counter, slot_base, slot, n, n_chunks,
                  n_check, full_every, last_slot,
                  WORDS: tl.constexpr, HAS_BASE: tl.constexpr, ALIGNED16: tl.constexpr):
-    """After ``_check_chunks``: in a full repetition (``_is_full``) or a failing one
-    (``counter[slot] != 0``), judge every chunk it did not, grid-strided, and store the snapshot
-    over each that differs.  Otherwise every program exits at once.  Those chunks are ones a
-    correct target leaves alone, so "differs from the expectation" is "differs from the
-    snapshot": afterwards the arena is as a passing repetition leaves it."""
+    """After ``_check_chunks``: in a full repetition (``_is_full``), judge every chunk it did not,
+    grid-strided, and store the snapshot over each that differs.  Otherwise every program exits
+    at once.  Those chunks are ones a correct target leaves alone, so "differs from the
+    expectation" is "differs from the snapshot": afterwards the arena is as a passing
+    repetition leaves it."""
     p = tl.program_id(0).to(tl.int64)
     grid = tl.num_programs(0)
     idx = _slot_index(slot_base, slot, HAS_BASE)
-    if (tl.load(counter + idx) != 0) | _is_full(idx, full_every, last_slot):
+    if _is_full(idx, full_every, last_slot):
         total = (p * 0).to(tl.int32)
         q = n_check + p
         while q < n_chunks:
@@ -465,11 +467,13 @@ class ChunkCheck:
     ``order`` (int64, every chunk id exactly once) lists the chunks judged every
     repetition first (``n_check`` of them), of which the first ``n_restore`` are
     restored every repetition.  ``check(counter, slot, slot_base=None,
-    last_slot=-1)``: judge the changed chunks; when the repetition failed, or its
-    absolute slot + 1 is a multiple of ``full_every`` or equals ``last_slot`` + 1,
-    judge every other chunk too.  Any chunk that differs is restored, so after a
-    failing repetition the arena is as a passing one leaves it.  The three
-    buffers must be 8-byte aligned.
+    last_slot=-1, walk=True)``: judge the changed chunks; when the
+    repetition's absolute slot + 1 is a multiple of ``full_every`` or equals
+    ``last_slot`` + 1, judge every other chunk too (the second launch, which
+    ``walk=False`` leaves out, for a caller that knows the repetition is not
+    full).  Any chunk that differs is restored: a changed one at once, any
+    other by the next full repetition.  The three buffers must be 8-byte
+    aligned.
     """
 
     def __init__(self, arena, expected, snapshot, order, n_check, n_restore, *, full_every,
@@ -520,7 +524,7 @@ class ChunkCheck:
         self.sums = torch.empty(n_chunks, dtype=torch.int64, device=dev)
         _sum_chunks[(n_chunks,)](expected, self.sums, n, WORDS=words, num_warps=num_warps, num_stages=1)
 
-    def __call__(self, counter, slot=0, slot_base=None, last_slot=-1):
+    def __call__(self, counter, slot=0, slot_base=None, last_slot=-1, walk=True):
         if counter.dtype != torch.int64:
             raise TypeError("chunk_check: counter must be int64")
         base = counter if slot_base is None else slot_base
@@ -532,6 +536,8 @@ class ChunkCheck:
             self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
             self.n_check, self.n_restore, aux, aux_e, aux_s, n_aux, AUX_BLOCK=AUX_BLOCK,
             HAS_AUX=self._has_aux, **common)
+        if not walk:
+            return
         _walk_chunks[(self._walk_grid,)](
             self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
             self.n_chunks, self.n_check, self.full_every, last_slot, **common)

@@ -523,8 +523,10 @@ def test_chunk_check_counts_judges_and_restores_as_planned(device, stride):
     bad[n - 2] ^= 0x80                                # the byte tail (chunk 10, judged)
     bad[5] ^= 7                                       # chunk 0: not judged this repetition ...
     arena.copy_(torch.from_numpy(bad).to(device))
-    chk(counter, 1)                                   # ... until the repetition fails: then it is judged too
-    assert counter[1].item() == 3 and np.array_equal(arena.cpu().numpy(), snap)  # every bad chunk restored
+    chk(counter, 1)                                   # ... though it fails: its changed chunks are restored
+    want = snap.copy()
+    want[5] ^= 7                                      # the stray byte waits for a full repetition
+    assert counter[1].item() == 2 and np.array_equal(arena.cpu().numpy(), want)
     arena.copy_(torch.from_numpy(exp).to(device))
     arena[5] ^= 7                                     # a stray byte in an unjudged chunk
     chk(counter, 2)
@@ -539,6 +541,10 @@ def test_chunk_check_counts_judges_and_restores_as_planned(device, stride):
     base = torch.tensor([4], dtype=torch.int64, device=device)
     chk(counter, 1, base, last_slot=5)                # slot 1 + 4 = 5 = the last slot: full
     assert counter[5].item() == 1 and np.array_equal(arena.cpu().numpy(), holding([3]))
+    arena.copy_(torch.from_numpy(exp).to(device))
+    arena[5] ^= 7
+    chk(counter, 7, walk=False)                       # a full slot, but the caller leaves the walk out
+    assert counter[7].item() == 0 and arena[5].item() == exp[5] ^ 7
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -680,6 +686,19 @@ def test_chunks_judge_catches_a_stray_byte_outside_every_destination_chunk(graph
     assert run_reps(m, good, 7, judge="chunks", chunk_words=W, full_every=3).failures == 0
 
 
+def test_a_launch_loop_launches_the_walk_in_full_repetitions_only(monkeypatch):
+    """The walk exits at once in a repetition that is not full, so a plain launch (which knows its
+    slot) leaves it out: a kernel boundary less per repetition.  The counts do not change."""
+    m = _stray_case(False)
+    walks = []
+    call = ChunkCheck.__call__
+    monkeypatch.setattr(ChunkCheck, "__call__", lambda self, *a, walk=True, **kw: (walks.append(walk),
+                                                                                  call(self, *a, walk=walk, **kw))[1])
+    r = run_reps(m, one_byte_past, 7, graph=False, judge="chunks", chunk_words=W, full_every=3)
+    assert walks == [False, False, True, False, False, True, True]
+    assert r.per_rep_mismatch.tolist() == [0, 0, 1, 0, 0, 1, 1]
+
+
 @pytest.mark.parametrize("graph", [False, True])
 def test_a_batch_cut_short_still_judges_every_chunk_at_its_end(graph):
     """Past `end` only the first unit runs; its stray byte outside every changed chunk (judged only
@@ -747,7 +766,7 @@ def test_chunks_judge_counts_a_deterministic_bug_like_the_full_judge():
 @pytest.mark.parametrize("stride", [None, 2])
 def test_chunks_judge_per_repetition_counts_follow_a_failing_pattern(stride, monkeypatch):
     """A target that corrupts chosen repetitions: a destination byte (seen in that repetition) or a
-    byte no correct repetition changes (seen when a repetition fails or a full one comes)."""
+    byte no correct repetition changes (seen when a full repetition comes)."""
     if stride:
         monkeypatch.setattr(check_module, "STRIDE_PROGRAMS", stride)
     case = BatchCopyCase(arena_size=1024, copies=((80, 64, 300), (512, 700, 100)), seed=8)
@@ -769,9 +788,10 @@ def test_chunks_judge_per_repetition_counts_follow_a_failing_pattern(stride, mon
             kw["arena"][1000] ^= 0x22
 
     r = run_reps(m, racy, 10, graph=False, judge="chunks", chunk_words=W, full_every=8)
-    # rep 4's stray byte stays (nothing restores it) until rep 6 fails and judges every chunk
-    assert r.per_rep_mismatch.tolist() == [0, 1, 2, 0, 0, 0, 2, 0, 0, 0]
-    assert (r.failures, r.first_failing_rep) == (3, 1)
+    # rep 4's stray byte stays (nothing restores it) through rep 6, which fails in its destination
+    # only, until the full repetition 7 judges every chunk
+    assert r.per_rep_mismatch.tolist() == [0, 1, 2, 0, 0, 0, 1, 1, 0, 0]
+    assert (r.failures, r.first_failing_rep) == (4, 1)
     calls.clear()
     stray.clear()
     stray.add(2)
