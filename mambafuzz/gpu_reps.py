@@ -351,8 +351,8 @@ class _Buffers:
             self.check(counter, slot, slot_base, last_slot, walk=walk)
 
     def full(self, slot: int, last_slot: int) -> bool:
-        """Whether absolute `slot` is a full repetition of the chunks judge (``ChunkCheck``)."""
-        return self.plan is not None and ((slot + 1) % self.check.full_every == 0 or slot == last_slot)
+        """Whether absolute `slot` is a full repetition of the chunks judge (``ChunkCheck.is_full``)."""
+        return self.plan is not None and self.check.is_full(slot, last_slot)
 
     @staticmethod
     def of(m: Materialized, judge: str = "full", words: int | None = None,
@@ -377,6 +377,11 @@ def _runner(m: Materialized, fn, amplifiable: bool | None) -> Callable[[], None]
     if amplifiable is None:
         return lambda: m.run(fn)
     return lambda: m.run(fn, amplifiable)
+
+
+def _sync_of(dev: torch.device) -> Callable[[], None]:
+    """Waiting for `dev`'s queued work: ``torch.cuda.synchronize`` on a GPU, nothing on the CPU."""
+    return torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
 
 def _start(m: Materialized, bufs: "_Buffers") -> None:
@@ -439,9 +444,8 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     dense_bytes = m.arena.numel() if m.positions is None else 0
     try_graph, reason = use_graph(reps, graph, dev.type == "cuda" or capture is not None, dense_bytes)
     cap = capture or cuda_capture
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason,
-              TimeBox(end, sync, clock) if end is not None else None)
+              TimeBox(end, _sync_of(dev), clock))
     if d.done < reps and bufs.plan is not None:  # its last repetition walked only the changed chunks
         bufs.check.walk(counter, d.done - 1)
     per_rep = counter[:d.done].cpu().numpy()  # the one host synchronisation of the batch
@@ -471,13 +475,11 @@ def failing_mismatch(m: Materialized, fn, result: RepResult, *, attempts: int = 
     if result.first_failing_rep is None:
         return None
     if sync is None:
-        sync = torch.cuda.synchronize if m.arena.device.type == "cuda" else (lambda: None)
+        sync = _sync_of(m.arena.device)
     run = _runner(m, fn, amplifiable)
     tried = 0
-    for tried in range(1, max(0, attempts) + 1):
-        if tried > 1 and end is not None and clock() > end:
-            tried -= 1
-            break
+    while tried < attempts and (tried == 0 or end is None or clock() <= end):
+        tried += 1
         m.restore()
         run()
         sync()

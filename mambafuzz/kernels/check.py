@@ -527,30 +527,35 @@ class ChunkCheck:
     def __call__(self, counter, slot=0, slot_base=None, last_slot=-1, walk=True):
         if counter.dtype != torch.int64:
             raise TypeError("chunk_check: counter must be int64")
-        base = counter if slot_base is None else slot_base
-        has_base = slot_base is not None
         aux, aux_e, aux_s, n_aux = self._aux
-        common = dict(WORDS=self._words, HAS_BASE=has_base, ALIGNED16=self._aligned16,
-                      num_warps=self._num_warps, num_stages=1)
         _check_chunks[(self._grid + (1 if self._has_aux else 0),)](
-            self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
-            self.n_check, self.n_restore, aux, aux_e, aux_s, n_aux, AUX_BLOCK=AUX_BLOCK,
-            HAS_AUX=self._has_aux, **common)
-        if not walk:
-            return
-        _walk_chunks[(self._walk_grid,)](
-            self.arena, self.expected, self.snapshot, self.sums, self.order, counter, base, slot, self.n,
-            self.n_chunks, self.n_check, self.full_every, last_slot, **common)
+            self.arena, self.expected, self.snapshot, self.sums, self.order, counter,
+            counter if slot_base is None else slot_base, slot, self.n, self.n_check, self.n_restore,
+            aux, aux_e, aux_s, n_aux, AUX_BLOCK=AUX_BLOCK, HAS_AUX=self._has_aux,
+            **self._common(slot_base is not None))
+        if walk:
+            self._walk(counter, slot, slot_base, self.full_every, last_slot)
+
+    def is_full(self, slot: int, last_slot: int) -> bool:
+        """Whether absolute `slot` is a full repetition: the host's copy of ``_is_full``."""
+        return (slot + 1) % self.full_every == 0 or slot == last_slot
 
     def walk(self, counter, slot) -> None:
         """Judge every chunk not judged every repetition against ``counter[slot]`` (an absolute slot)
         and restore those that differ: what a full repetition's second launch does, for the last
         repetition of a batch cut short."""
-        common = dict(WORDS=self._words, HAS_BASE=False, ALIGNED16=self._aligned16,
-                      num_warps=self._num_warps, num_stages=1)
+        self._walk(counter, slot, None, 1, -1)
+
+    def _walk(self, counter, slot, slot_base, full_every, last_slot) -> None:
         _walk_chunks[(self._walk_grid,)](
-            self.arena, self.expected, self.snapshot, self.sums, self.order, counter, counter, slot, self.n,
-            self.n_chunks, self.n_check, 1, -1, **common)
+            self.arena, self.expected, self.snapshot, self.sums, self.order, counter,
+            counter if slot_base is None else slot_base, slot, self.n, self.n_chunks, self.n_check,
+            full_every, last_slot, **self._common(slot_base is not None))
+
+    def _common(self, has_base: bool) -> dict:
+        """The launch options both kernels share."""
+        return dict(WORDS=self._words, HAS_BASE=has_base, ALIGNED16=self._aligned16,
+                    num_warps=self._num_warps, num_stages=1)
 
     def restore_changed(self) -> None:
         """Store the snapshot over the ``n_check`` changed chunks (and the aux buffer): all a batch must
