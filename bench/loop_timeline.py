@@ -7,7 +7,11 @@ first kernel starts.  The profiler slows the host, so the wall clock and the
 gaps are upper bounds; the kernels' own times are not affected.  Then,
 unprofiled, the host's side alone: how long it takes to issue a
 repetition's launches (the target through ``Materialized.run`` and the
-judge, as ``run_reps`` issues them), against the batch's wall clock.
+judge, as ``run_reps`` issues them), against the batch's wall clock.  Last,
+the batch's head and tail, unprofiled: a CUDA event before the batch and one
+at every target launch say when the GPU reached each repetition, against
+when the host issued it, for ``run_reps`` and for the target's launches
+alone.
 
     TRITON_INTERPRET=0 python bench/loop_timeline.py [--reps 50 100] [--out FILE]
 """
@@ -24,6 +28,59 @@ for p in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(p))
 
 from _gpu_common import Report, commit, device_line, require_compiled_gpu  # noqa: E402
+
+
+def probe(torch, m, batch) -> dict:
+    """One call of `batch()` with a CUDA event before it and at each ``m.run``: us from the start,
+    host and GPU, of the first target launch and of the last, and of the end."""
+    marks, start, end = [], torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    method = m.run
+
+    def run(*a, **kw):
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        marks.append((time.perf_counter(), e))
+        method(*a, **kw)
+
+    m.restore()
+    torch.cuda.synchronize()
+    m.run = run
+    try:
+        start.record()
+        t0 = time.perf_counter()
+        batch()
+        t1 = time.perf_counter()
+        end.record()
+        torch.cuda.synchronize()
+    finally:
+        del m.run
+    us = lambda t: (t - t0) * 1e6  # noqa: E731
+    gpu = [start.elapsed_time(e) * 1e3 for _, e in marks]
+    steps = [b - a for a, b in zip(gpu, gpu[1:])]
+    return dict(host_first=us(marks[0][0]), gpu_first=gpu[0], host_last=us(marks[-1][0]), gpu_last=gpu[-1],
+                wall=us(t1), gpu_end=start.elapsed_time(end) * 1e3, step=sorted(steps)[len(steps) // 2],
+                first=tuple(steps[:3]))
+
+
+def head_section(out, torch, m, fn, reps_list) -> None:
+    from mambafuzz import gpu_reps
+    out.table("the batch's head and tail, unprofiled (CUDA events; median of 5; us from the call)",
+              ["batch", "N", "host: first target launch", "GPU: first target starts", "host: last launch",
+               "GPU: last target starts", "wall", "GPU: after the call", "GPU: a repetition (median step)",
+               "GPU: first three steps"], "lrrrrrrrrl")
+    for n in reps_list:
+        def alone(n=n):
+            for _ in range(n):
+                m.run(fn)
+            torch.cuda.synchronize()
+        for label, batch in (("run_reps", lambda n=n: gpu_reps.run_reps(m, fn, n, graph=False)),
+                             ("target alone", alone)):
+            rows = [probe(torch, m, batch) for _ in range(5)]
+            med = {k: sorted(r[k] for r in rows)[2] for k in rows[0]}
+            out(f"| {label} | {n} | {med['host_first']:.0f} | {med['gpu_first']:.0f} | {med['host_last']:.0f} | "
+                f"{med['gpu_last']:.0f} | {med['wall']:.0f} | {med['gpu_end']:.0f} | {med['step']:.1f} | "
+                + "/".join(f"{x:.0f}" for x in rows[2]['first']) + " |")
+    out()
 
 
 def main(argv=None) -> int:
@@ -106,6 +163,8 @@ def main(argv=None) -> int:
             gpu_reps.run_reps(m, fn, n, graph=False)
             wall.append((time.perf_counter() - t0) / n * 1e6)
         out(f"| {n} | {sorted(issue)[2]:.1f} | {sorted(wall)[2]:.1f} |")
+    out()
+    head_section(out, torch, m, fn, args.reps)
     out.finish(args.out)
     return 0
 
