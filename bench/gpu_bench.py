@@ -44,7 +44,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, commit, device_line, median_us, reference_copy, require_compiled_gpu  # noqa: E402
+from _gpu_common import Report, commit, device_line, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
 
 
 def _args(argv):
@@ -126,11 +126,7 @@ def main(argv=None) -> int:
     out = Report("gpu_bench")
 
     # ---------------------------------------------------------------- reference
-    def time_copy(copy):
-        copy()  # warm up
-        return median_us(copy, reps=1, samples=5)
-
-    _, ref_bw = reference_copy(args.ref_mib, time_copy)  # bytes/s, read + write
+    _, ref_bw = reference_copy(args.ref_mib, warm_median_us)  # bytes/s, read + write
 
     out("# gpu_bench: repetitions per second")
     out()
@@ -139,7 +135,8 @@ def main(argv=None) -> int:
     out(f"- method: plain / loop / graph (+ graph-full on large cases) alternated, {args.pairs} rounds, median; "
         f"one sample = one call of N repetitions (N = {args.reps_small} small, {args.reps_large} large, "
         f"{args.reps_large_plain} for plain on large); graph K <= {k}")
-    out(f"- reference: torch copy_ of {args.ref_mib} MiB device-to-device: {ref_bw / 1e9:.0f} GB/s (read + write)")
+    out(f"- reference: torch copy_ of {args.ref_mib} MiB device-to-device, median of 15 after 20 untimed: "
+        f"{ref_bw / 1e9:.0f} GB/s (read + write)")
     out("- plain = restore copy_, launch, synchronize, m.compare() on the host, per repetition; "
         "loop/graph = gpu_reps.run_reps (target + device judge per repetition, one sync per call)")
     out()

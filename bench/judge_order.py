@@ -1,11 +1,11 @@
 """A large batch's judge, side by side: the changed chunks' order, the walk's grid, an idle GPU before the batch.
 
 The engine's chunks judge (``gpu_reps.chunk_plan``) reads the changed chunks
-from the highest down, and a launch loop gives a full repetition's walk a
-program per chunk (``ChunkCheck(full=True)``).  This script runs
+from the highest down, and walks the others (in full repetitions) on
+``STRIDE_PROGRAMS`` programs.  This script runs
 ``gpu_reps.run_reps(graph=False)`` on ``gpu_bench``'s two large
 region-to-region cases with the judge built each way (the engine's, the
-changed chunks in address order, the walk on ``STRIDE_PROGRAMS`` programs),
+changed chunks in address order, the walk on a program per chunk),
 alternately in one process, and gives each one's useful traffic (2 x copied
 bytes a repetition) as a share of a device-to-device ``copy_``, as
 ``gpu_bench`` does.  ``--idle-ms`` leaves the GPU idle that long before each
@@ -27,7 +27,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, commit, device_line, median_us, reference_copy, require_compiled_gpu  # noqa: E402
+from _gpu_common import Report, commit, device_line, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
 
 
 def variants(m, gpu_reps, ChunkCheck, np):
@@ -36,19 +36,17 @@ def variants(m, gpu_reps, ChunkCheck, np):
     plan, chk = engine.plan, engine.check
     hot, cold = plan.order[:plan.n_check], plan.order[plan.n_check:]
 
-    def built(order, full_grid=True):
+    def built(order, stride_programs=None):
         b = gpu_reps._Buffers.__new__(gpu_reps._Buffers)
         b.plan, b.judge, b._work = plan, "chunks", None
         b.check = ChunkCheck(m.arena, chk.expected, chk.snapshot, order, plan.n_check, plan.n_restore,
-                             full_every=gpu_reps.FULL_EVERY)
-        if not full_grid:  # a known-full walk on the strided grid, as before
-            b.check._wide_grid = b.check._walk_grid
+                             full_every=gpu_reps.FULL_EVERY, stride_programs=stride_programs)
         return b
 
     return {
-        "engine: changed chunks from the highest down, a walk program per chunk": engine,
+        "engine: changed chunks from the highest down": engine,
         "changed chunks in address order": built(np.concatenate([hot[::-1], cold])),
-        "walk on STRIDE_PROGRAMS programs": built(plan.order, full_grid=False),
+        "the walk on a program per chunk": built(plan.order, stride_programs=len(cold)),
     }
 
 
@@ -69,11 +67,7 @@ def main(argv=None) -> int:
     from mambafuzz.kernels.check import ChunkCheck
     from mambafuzz.materialize import materialize
 
-    def time_copy(copy):
-        copy()
-        return median_us(copy, reps=1, samples=5)
-
-    _, ref_bw = reference_copy(1024, time_copy)
+    _, ref_bw = reference_copy(1024, warm_median_us)
     out = Report("judge_order")
     out("# judge_order: a large batch's judge, side by side")
     out()

@@ -36,7 +36,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, commit, device_line, median_us, reference_copy, require_compiled_gpu  # noqa: E402
+from _gpu_common import Report, commit, device_line, median_us, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
 from gpu_bench import disjoint_rows  # noqa: E402
 
 MiB = 1 << 20
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
 
     out = Report("tune_large")
     dev = torch.device("cuda")
-    _, ref_bw = reference_copy(args.ref_mib, lambda f: (f(), median_us(f, reps=1, samples=5))[1])
+    _, ref_bw = reference_copy(args.ref_mib, warm_median_us)
     out("# tune_large: the batch copy's split and the chunk judge's shape")
     out()
     out(device_line())

@@ -356,13 +356,13 @@ class _Buffers:
         w.zero_()
         return w[0:1], w[2:3], w[4:5], w[6:need]
 
-    def __call__(self, counter, slot, slot_base, last_slot: int, full: bool | None = None) -> None:
-        """Judge one repetition; `full`: whether the caller knows it to be a full one (None: it
-        cannot tell, a graph; see ``ChunkCheck.__call__``)."""
+    def __call__(self, counter, slot, slot_base, last_slot: int, walk: bool = True) -> None:
+        """Judge one repetition; ``walk=False``: the caller knows it is not a full one (the chunks
+        judge then leaves out its walk launch, which would exit at once)."""
         if self.plan is None:
             self.check(counter, slot, slot_base)
         else:
-            self.check(counter, slot, slot_base, last_slot, full=full)
+            self.check(counter, slot, slot_base, last_slot, walk=walk)
 
     def full(self, slot: int, last_slot: int) -> bool:
         """Whether absolute `slot` is a full repetition of the chunks judge (``ChunkCheck.is_full``)."""
@@ -439,9 +439,9 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     # sees the same pointer alignment everywhere and nothing compiles during the capture.
     zero_base, slot_base, scratch, counter = bufs.workspace(reps)
 
-    def launch_rep(slot: int) -> None:  # a plain launch knows its slot, hence whether to walk
+    def launch_rep(slot: int) -> None:  # a plain launch knows its slot: no walk launch unless full
         run()
-        bufs(counter, slot, zero_base, last, full=bufs.full(slot, last))
+        bufs(counter, slot, zero_base, last, walk=bufs.full(slot, last))
 
     def body() -> None:
         for i in range(plan.k):

@@ -47,8 +47,7 @@ differs is read again with the expectation to count its differing bytes
 exactly.  A chunk is then restored from the snapshot if it differs, or if it
 is among the first ``n_restore`` (the chunks the next repetition reads back).
 The second launch (``_walk_chunks``, ``STRIDE_PROGRAMS`` programs that exit at
-once in a repetition that is not full; a launch loop skips it there and
-gives a full one a program per chunk) walks
+once in a repetition that is not full; a launch loop skips it there) walks
 the other chunks, grid-strided, in every ``full_every``-th repetition and the
 last one (``last_slot``): it counts what differs there and restores exactly
 that, so a stray write outside the changed chunks is counted, and undone,
@@ -468,11 +467,11 @@ class ChunkCheck:
     ``order`` (int64, every chunk id exactly once) lists the chunks judged every
     repetition first (``n_check`` of them), of which the first ``n_restore`` are
     restored every repetition.  ``check(counter, slot, slot_base=None,
-    last_slot=-1, full=None)``: judge the changed chunks; when the
+    last_slot=-1, walk=True)``: judge the changed chunks; when the
     repetition's absolute slot + 1 is a multiple of ``full_every`` or equals
     ``last_slot`` + 1, judge every other chunk too (the second launch, which
-    ``full=False`` leaves out and ``full=True`` widens, for a caller that knows
-    whether the repetition is full).  Any chunk that differs is restored: a changed one at once, any
+    ``walk=False`` leaves out, for a caller that knows the repetition is not
+    full).  Any chunk that differs is restored: a changed one at once, any
     other by the next full repetition.  The three buffers must be 8-byte
     aligned.
     """
@@ -517,19 +516,15 @@ class ChunkCheck:
         self._aux = (aux, aux_expected, aux_snapshot, n_aux)
         self._has_aux = has_aux
         self._num_warps = num_warps
-        # a program per changed chunk; the walk over the others is grid-strided over at most
-        # stride_programs programs when the device decides, a program per chunk when the host knows
+        # a program per changed chunk; the walk over the others (full or failing repetitions) is
+        # grid-strided over at most stride_programs programs
         stride_programs = int(stride_programs or STRIDE_PROGRAMS)
         self._grid = max(self.n_check, 1)
         self._walk_grid = min(n_chunks, stride_programs)
-        self._wide_grid = max(n_chunks - self.n_check, 1)
         self.sums = torch.empty(n_chunks, dtype=torch.int64, device=dev)
         _sum_chunks[(n_chunks,)](expected, self.sums, n, WORDS=words, num_warps=num_warps, num_stages=1)
 
-    def __call__(self, counter, slot=0, slot_base=None, last_slot=-1, full=None):
-        """Judge one repetition.  `full`: None, the caller cannot tell whether it is a full one (a
-        graph): the walk launch decides on the device, on few programs that exit at once when it
-        is not; False, it is not: no walk launch; True, it is: a walk program per chunk."""
+    def __call__(self, counter, slot=0, slot_base=None, last_slot=-1, walk=True):
         if counter.dtype != torch.int64:
             raise TypeError("chunk_check: counter must be int64")
         aux, aux_e, aux_s, n_aux = self._aux
@@ -538,8 +533,8 @@ class ChunkCheck:
             counter if slot_base is None else slot_base, slot, self.n, self.n_check, self.n_restore,
             aux, aux_e, aux_s, n_aux, AUX_BLOCK=AUX_BLOCK, HAS_AUX=self._has_aux,
             **self._common(slot_base is not None))
-        if full is not False:
-            self._walk(counter, slot, slot_base, self.full_every, last_slot, wide=bool(full))
+        if walk:
+            self._walk(counter, slot, slot_base, self.full_every, last_slot)
 
     def is_full(self, slot: int, last_slot: int) -> bool:
         """Whether absolute `slot` is a full repetition: the host's copy of ``_is_full``."""
@@ -549,13 +544,10 @@ class ChunkCheck:
         """Judge every chunk not judged every repetition against ``counter[slot]`` (an absolute slot)
         and restore those that differ: what a full repetition's second launch does, for the last
         repetition of a batch cut short."""
-        self._walk(counter, slot, None, 1, -1, wide=True)
+        self._walk(counter, slot, None, 1, -1)
 
-    def _walk(self, counter, slot, slot_base, full_every, last_slot, wide: bool) -> None:
-        """The walk launch: grid-strided over few programs (`wide` False: cheap to launch in every
-        repetition, since it exits at once unless full), or a program per walked chunk (`wide`:
-        only when known to be full; 0.3 points of copy_ on a large repetition)."""
-        _walk_chunks[(self._wide_grid if wide else self._walk_grid,)](
+    def _walk(self, counter, slot, slot_base, full_every, last_slot) -> None:
+        _walk_chunks[(self._walk_grid,)](
             self.arena, self.expected, self.snapshot, self.sums, self.order, counter,
             counter if slot_base is None else slot_base, slot, self.n, self.n_chunks, self.n_check,
             full_every, last_slot, **self._common(slot_base is not None))
