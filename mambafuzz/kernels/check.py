@@ -11,7 +11,7 @@ launches and can be captured in a CUDA graph.
 Dense layout (``check_restore``): when the three buffers are 8-byte aligned
 (torch's CUDA allocator gives 256-byte aligned storage; the wrapper checks the
 actual ``data_ptr``) the bytes are read as u64 words, ``WORDS`` words per
-program, and the ``n % 8`` tail bytes byte-wise; otherwise every access is a
+program (``SMALL_WORDS`` for a small arena), and the ``n % 8`` tail bytes byte-wise; otherwise every access is a
 byte.  Every program but the last covers a full block with no mask (so the
 loads vectorise); the last one covers the rest of the words, the tail and the
 auxiliary array.  Differing bytes of a u64 word are counted SWAR-style: OR the
@@ -66,6 +66,12 @@ import triton.language as tl
 
 WORDS = 1024        # u64 words per program (8 KiB) in the aligned dense path
 BYTES = 4096        # bytes per program in the byte-wise paths
+# A small judge (at most SMALL_PROGRAMS programs of the small shape) spreads its bytes thin: in a
+# CUDA graph its node then takes 1.5 us where one 8 KiB program took 2.0 (dense), 1.9 where one
+# 4 KiB sparse program took 5.3 (bench/small_reps.py).  Two shapes, so two compiles, not one per size.
+SMALL_WORDS = 64
+SMALL_BYTES = 256
+SMALL_PROGRAMS = 128
 AUX_BLOCK = 256     # bytes per step of the auxiliary program
 CHUNK_WORDS = 512   # u64 words per chunk (4 KiB) of the chunked judge (bench/tune_large.py)
 CHUNK_WARPS = 2     # warps per program of the chunked judge (bench/tune_large.py)
@@ -392,13 +398,15 @@ class CheckRestore:
 
     ``CheckRestore(arena, expected, snapshot, n=None, positions=None, aux=None,
     aux_expected=None, aux_snapshot=None)``; then ``check(counter, slot,
-    slot_base=None)`` launches one kernel.  With ``positions`` (int64) the
+    slot_base=None)`` launches one kernel.  The bytes a program judges
+    (``words``, ``nbytes_per_program``) default by size: the small shape for a
+    judge of at most ``SMALL_PROGRAMS`` of its programs, else the large one.  With ``positions`` (int64) the
     check is sparse: ``expected``/``snapshot`` hold ``n`` bytes that belong at
     ``arena[positions]``.
     """
 
     def __init__(self, arena, expected, snapshot, n=None, *, positions=None, aux=None,
-                 aux_expected=None, aux_snapshot=None, words=WORDS, nbytes_per_program=BYTES,
+                 aux_expected=None, aux_snapshot=None, words=None, nbytes_per_program=None,
                  num_warps=4):
         if not isinstance(arena, torch.Tensor) or arena.dtype != torch.uint8 or arena.dim() != 1 \
                 or not arena.is_contiguous():
@@ -428,8 +436,8 @@ class CheckRestore:
         self._aux = (aux, aux_expected, aux_snapshot, n_aux)
         self._has_aux = has_aux
         self._num_warps = num_warps
-        self._words = int(words)
-        self._bytes = int(nbytes_per_program)
+        self._words = int(words or (SMALL_WORDS if n <= SMALL_PROGRAMS * 8 * SMALL_WORDS else WORDS))
+        self._bytes = int(nbytes_per_program or (SMALL_BYTES if n <= SMALL_PROGRAMS * SMALL_BYTES else BYTES))
         if positions is not None:
             self.kind = "sparse"
             self.grid = (triton.cdiv(n, self._bytes) + (1 if has_aux else 0) or 1,)
@@ -570,7 +578,7 @@ class ChunkCheck:
 
 
 def check_restore(arena, expected, snapshot, counter, n=None, *, slot=0, slot_base=None,
-                  aux=None, aux_expected=None, aux_snapshot=None, words=WORDS):
+                  aux=None, aux_expected=None, aux_snapshot=None, words=None):
     """Add the number of bytes where ``arena[:n] != expected[:n]`` to ``counter[slot]``
     and copy ``snapshot[:n]`` over ``arena[:n]``; one launch, no host synchronisation."""
     CheckRestore(arena, expected, snapshot, n, aux=aux, aux_expected=aux_expected,

@@ -267,6 +267,34 @@ def test_check_restore_counts_exactly_and_restores(device, n):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("sparse", [False, True])
+def test_check_restore_takes_its_shape_from_its_size_and_counts_the_same(device, sparse):
+    """A small judge takes the small shape (a graph node of many small programs, bench/small_reps.py),
+    a larger one the large shape; each counts exactly and restores."""
+    from mambafuzz.kernels.check import BYTES, SMALL_BYTES, SMALL_PROGRAMS, SMALL_WORDS, WORDS
+    small_max = SMALL_PROGRAMS * (SMALL_BYTES if sparse else 8 * SMALL_WORDS)
+    for n, shape in ((4880, "small"), (small_max, "small"), (small_max + 1, "large")):
+        act, exp, snap_t, snap, k = _buffers(n, n, {0, n // 2, n - 1}, device)
+        if sparse:  # the judged bytes sit at every other byte of an arena twice as long
+            arena = torch.zeros(2 * n, dtype=torch.uint8, device=device)
+            arena[::2] = act
+            positions = torch.arange(0, 2 * n, 2, dtype=torch.int64, device=device)
+            chk = CheckRestore(arena, exp, snap_t, positions=positions)
+            want = np.zeros(2 * n, dtype=np.uint8)
+            want[::2] = snap
+            per_program, small, large = chk._bytes, SMALL_BYTES, BYTES
+        else:
+            arena, want = act, snap
+            chk = CheckRestore(arena, exp, snap_t)
+            per_program, small, large = chk._words, SMALL_WORDS, WORDS
+        assert per_program == (small if shape == "small" else large), (n, per_program)
+        counter = torch.zeros(1, dtype=torch.int64, device=device)
+        chk(counter, 0)
+        assert counter.item() == k == 3
+        assert np.array_equal(arena.cpu().numpy(), want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n,offset", [(1, 1), (9, 3), (4099, 1), (5000, 5)])
 def test_check_restore_misaligned_buffers_take_the_byte_path(device, n, offset):
     rng = np.random.default_rng(n)
