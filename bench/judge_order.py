@@ -1,11 +1,11 @@
 """A large batch's judge, side by side: the changed chunks' order, the walk's grid, an idle GPU before the batch.
 
 The engine's chunks judge (``gpu_reps.chunk_plan``) reads the changed chunks
-from the highest down, and walks the others (in full repetitions) on
-``STRIDE_PROGRAMS`` programs.  This script runs
+from the highest down, and a launch loop walks the others (in full
+repetitions) on a program per chunk (``ChunkCheck.walk``).  This script runs
 ``gpu_reps.run_reps(graph=False)`` on ``gpu_bench``'s two large
 region-to-region cases with the judge built each way (the engine's, the
-changed chunks in address order, the walk on a program per chunk),
+changed chunks in address order, the walk on ``STRIDE_PROGRAMS`` programs),
 alternately in one process, and gives each one's useful traffic (2 x copied
 bytes a repetition) as a share of a device-to-device ``copy_``, as
 ``gpu_bench`` does.  ``--idle-ms`` leaves the GPU idle that long before each
@@ -36,17 +36,19 @@ def variants(m, gpu_reps, ChunkCheck, np):
     plan, chk = engine.plan, engine.check
     hot, cold = plan.order[:plan.n_check], plan.order[plan.n_check:]
 
-    def built(order, stride_programs=None):
+    def built(order, strided_walk=False):
         b = gpu_reps._Buffers.__new__(gpu_reps._Buffers)
         b.plan, b.judge, b._work = plan, "chunks", None
         b.check = ChunkCheck(m.arena, chk.expected, chk.snapshot, order, plan.n_check, plan.n_restore,
-                             full_every=gpu_reps.FULL_EVERY, stride_programs=stride_programs)
+                             full_every=gpu_reps.FULL_EVERY)
+        if strided_walk:  # a full repetition's walk on STRIDE_PROGRAMS programs, as a graph's
+            b.check._wide_grid = b.check._walk_grid
         return b
 
     return {
-        "engine: changed chunks from the highest down": engine,
+        "engine: changed chunks from the highest down, a full walk on a program per chunk": engine,
         "changed chunks in address order": built(np.concatenate([hot[::-1], cold])),
-        "the walk on a program per chunk": built(plan.order, stride_programs=len(cold)),
+        "the walk on STRIDE_PROGRAMS programs": built(plan.order, strided_walk=True),
     }
 
 

@@ -154,7 +154,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             for i in range(n):  # the launches run_reps issues for slot i, without its bookkeeping
                 m.run(fn)
-                bufs(counter, i, base, n - 1)
+                bufs.plain(counter, i, base, n - 1)
             issue.append((time.perf_counter() - t0) / n * 1e6)
             torch.cuda.synchronize()
             m.restore()

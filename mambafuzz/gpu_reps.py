@@ -356,17 +356,24 @@ class _Buffers:
         w.zero_()
         return w[0:1], w[2:3], w[4:5], w[6:need]
 
-    def __call__(self, counter, slot, slot_base, last_slot: int, walk: bool = True) -> None:
-        """Judge one repetition; ``walk=False``: the caller knows it is not a full one (the chunks
-        judge then leaves out its walk launch, which would exit at once)."""
+    def __call__(self, counter, slot, slot_base, last_slot: int) -> None:
+        """Judge one repetition whose absolute slot the host cannot tell (a graph's): the chunks
+        judge's walk launch decides on the device whether it is full."""
         if self.plan is None:
             self.check(counter, slot, slot_base)
         else:
-            self.check(counter, slot, slot_base, last_slot, walk=walk)
+            self.check(counter, slot, slot_base, last_slot)
 
-    def full(self, slot: int, last_slot: int) -> bool:
-        """Whether absolute `slot` is a full repetition of the chunks judge (``ChunkCheck.is_full``)."""
-        return self.plan is not None and self.check.is_full(slot, last_slot)
+    def plain(self, counter, slot: int, zero_base, last_slot: int) -> None:
+        """Judge a plain launch's repetition, absolute `slot`: the chunks judge walks the other
+        chunks only when it is full (``ChunkCheck.is_full``), on a program per chunk; no walk
+        launch that would exit at once."""
+        if self.plan is None:
+            self.check(counter, slot, zero_base)
+            return
+        self.check(counter, slot, zero_base, last_slot, walk=False)
+        if self.check.is_full(slot, last_slot):
+            self.check.walk(counter, slot, zero_base)
 
     @staticmethod
     def of(m: Materialized, judge: str = "full", words: int | None = None,
@@ -439,9 +446,9 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     # sees the same pointer alignment everywhere and nothing compiles during the capture.
     zero_base, slot_base, scratch, counter = bufs.workspace(reps)
 
-    def launch_rep(slot: int) -> None:  # a plain launch knows its slot: no walk launch unless full
+    def launch_rep(slot: int) -> None:
         run()
-        bufs(counter, slot, zero_base, last, walk=bufs.full(slot, last))
+        bufs.plain(counter, slot, zero_base, last)
 
     def body() -> None:
         for i in range(plan.k):

@@ -47,7 +47,8 @@ differs is read again with the expectation to count its differing bytes
 exactly.  A chunk is then restored from the snapshot if it differs, or if it
 is among the first ``n_restore`` (the chunks the next repetition reads back).
 The second launch (``_walk_chunks``, ``STRIDE_PROGRAMS`` programs that exit at
-once in a repetition that is not full; a launch loop skips it there) walks
+once in a repetition that is not full; a launch loop, which knows its slot,
+leaves it out and walks a full repetition on a program per chunk) walks
 the other chunks, grid-strided, in every ``full_every``-th repetition and the
 last one (``last_slot``): it counts what differs there and restores exactly
 that, so a stray write outside the changed chunks is counted, and undone,
@@ -524,11 +525,13 @@ class ChunkCheck:
         self._aux = (aux, aux_expected, aux_snapshot, n_aux)
         self._has_aux = has_aux
         self._num_warps = num_warps
-        # a program per changed chunk; the walk over the others (full or failing repetitions) is
-        # grid-strided over at most stride_programs programs
+        # a program per changed chunk; the walk over the others is grid-strided over at most
+        # stride_programs programs when the device decides (``__call__``), a program per chunk when
+        # the host knows the repetition is full (``walk``)
         stride_programs = int(stride_programs or STRIDE_PROGRAMS)
         self._grid = max(self.n_check, 1)
         self._walk_grid = min(n_chunks, stride_programs)
+        self._wide_grid = max(n_chunks - self.n_check, 1)
         self.sums = torch.empty(n_chunks, dtype=torch.int64, device=dev)
         _sum_chunks[(n_chunks,)](expected, self.sums, n, WORDS=words, num_warps=num_warps, num_stages=1)
 
@@ -548,14 +551,16 @@ class ChunkCheck:
         """Whether absolute `slot` is a full repetition: the host's copy of ``_is_full``."""
         return (slot + 1) % self.full_every == 0 or slot == last_slot
 
-    def walk(self, counter, slot) -> None:
-        """Judge every chunk not judged every repetition against ``counter[slot]`` (an absolute slot)
-        and restore those that differ: what a full repetition's second launch does, for the last
-        repetition of a batch cut short."""
-        self._walk(counter, slot, None, 1, -1)
+    def walk(self, counter, slot, slot_base=None) -> None:
+        """Judge every chunk not judged every repetition against ``counter[slot]`` (plus
+        ``slot_base[0]``) and restore those that differ, on a program per chunk: a full
+        repetition's walk for a caller that knows it is one (a launch loop, the last repetition of
+        a batch cut short), where the second launch of ``__call__`` decides on the device, on few
+        programs (99 us against 66 for the same bytes, ``bench/loop_timeline.py``)."""
+        self._walk(counter, slot, slot_base, 1, -1, self._wide_grid)
 
-    def _walk(self, counter, slot, slot_base, full_every, last_slot) -> None:
-        _walk_chunks[(self._walk_grid,)](
+    def _walk(self, counter, slot, slot_base, full_every, last_slot, grid=None) -> None:
+        _walk_chunks[(grid or self._walk_grid,)](
             self.arena, self.expected, self.snapshot, self.sums, self.order, counter,
             counter if slot_base is None else slot_base, slot, self.n, self.n_chunks, self.n_check,
             full_every, last_slot, **self._common(slot_base is not None))

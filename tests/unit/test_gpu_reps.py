@@ -573,6 +573,9 @@ def test_chunk_check_counts_judges_and_restores_as_planned(device, stride):
     arena[5] ^= 7
     chk(counter, 7, walk=False)                       # a full slot, but the caller leaves the walk out
     assert counter[7].item() == 0 and arena[5].item() == exp[5] ^ 7
+    arena[9 * CB + 1] ^= 2                            # a second stray byte, in the last walked chunk
+    chk.walk(counter, 2, base)                        # the caller knows it is full: a program per chunk
+    assert counter[6].item() == 2 and np.array_equal(arena.cpu().numpy(), holding([3]))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -719,12 +722,14 @@ def test_a_launch_loop_launches_the_walk_in_full_repetitions_only(monkeypatch):
     """The walk exits at once in a repetition that is not full, so a plain launch (which knows its
     slot) leaves it out: a kernel boundary less per repetition.  The counts do not change."""
     m = _stray_case(False)
-    walks = []
-    call = ChunkCheck.__call__
-    monkeypatch.setattr(ChunkCheck, "__call__", lambda self, *a, walk=True, **kw: (walks.append(walk),
+    in_call, walked = [], []
+    call, walk = ChunkCheck.__call__, ChunkCheck.walk
+    monkeypatch.setattr(ChunkCheck, "__call__", lambda self, *a, walk=True, **kw: (in_call.append(walk),
                                                                                   call(self, *a, walk=walk, **kw))[1])
+    monkeypatch.setattr(ChunkCheck, "walk", lambda self, counter, slot, *a: (walked.append(slot),
+                                                                           walk(self, counter, slot, *a))[1])
     r = run_reps(m, one_byte_past, 7, graph=False, judge="chunks", chunk_words=W, full_every=3)
-    assert walks == [False, False, True, False, False, True, True]
+    assert in_call == [False] * 7 and walked == [2, 5, 6]  # the full ones, each on its own launch
     assert r.per_rep_mismatch.tolist() == [0, 0, 1, 0, 0, 1, 1]
 
 
