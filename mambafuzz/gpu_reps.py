@@ -466,8 +466,9 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason,
               TimeBox(end, _sync_of(dev), clock))
     if d.done < reps and bufs.plan is not None:  # its last repetition walked only the changed chunks
-        bufs.check.walk(counter, d.done - 1)
-    per_rep = counter[:d.done].cpu().numpy()  # the one host synchronisation of the batch
+        bufs.check.walk(counter, d.done - 1, zero_base)
+    _sync_of(dev)()  # the one host synchronisation of the batch, then a copy that need not wait
+    per_rep = counter[:d.done].cpu().numpy()
     # the chunks judge leaves the arena differing from the snapshot only where a correct repetition
     # changes it (its last repetition is full); the full judge restores all of it every repetition
     m.arena_holds = "changes" if bufs.plan is not None else "nothing"
