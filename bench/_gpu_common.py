@@ -113,6 +113,15 @@ class Report:
         self("| " + " | ".join(columns) + " |")
         self("| " + " | ".join("---:" if a == "r" else "---" for a in aligns) + " |")
 
+    def header(self, title: str, argv) -> None:
+        """``# {prog}: {title}``, then the device line and the commit with the exact command (`argv`:
+        the script's arguments, None for the process's own)."""
+        self(f"# {self.prog}: {title}")
+        self()
+        self(device_line())
+        args = sys.argv[1:] if argv is None else argv
+        self(f"- commit: {commit()}; command: python bench/{self.prog}.py {' '.join(args)}".rstrip())
+
     def write(self, path: Path | None) -> None:
         if path:
             path.parent.mkdir(parents=True, exist_ok=True)

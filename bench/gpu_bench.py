@@ -44,7 +44,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, commit, device_line, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
+from _gpu_common import Report, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
 
 
 def _args(argv):
@@ -128,10 +128,7 @@ def main(argv=None) -> int:
     # ---------------------------------------------------------------- reference
     _, ref_bw = reference_copy(args.ref_mib, warm_median_us)  # bytes/s, read + write
 
-    out("# gpu_bench: repetitions per second")
-    out()
-    out(device_line())
-    out(f"- commit: {commit()}; command: python bench/gpu_bench.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    out.header("repetitions per second", argv)
     out(f"- method: plain / loop / graph (+ graph-full on large cases) alternated, {args.pairs} rounds, median; "
         f"one sample = one call of N repetitions (N = {args.reps_small} small, {args.reps_large} large, "
         f"{args.reps_large_plain} for plain on large); graph K <= {k}")

@@ -27,7 +27,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, commit, device_line, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
+from _gpu_common import Report, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
 
 
 def variants(m, gpu_reps, ChunkCheck, np):
@@ -71,10 +71,7 @@ def main(argv=None) -> int:
 
     _, ref_bw = reference_copy(1024, warm_median_us)
     out = Report("judge_order")
-    out("# judge_order: a large batch's judge, side by side")
-    out()
-    out(device_line())
-    out(f"- commit: {commit()}; command: python bench/judge_order.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    out.header("a large batch's judge, side by side", argv)
     out(f"- run_reps(graph=False), N = {args.reps}, {args.rounds} alternating rounds, median (min-max); "
         f"reference copy_ of 1 GiB: {ref_bw / 1e9:.0f} GB/s (read + write)")
     out()

@@ -27,7 +27,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, commit, device_line, require_compiled_gpu  # noqa: E402
+from _gpu_common import Report, require_compiled_gpu  # noqa: E402
 
 
 def probe(torch, m, batch) -> dict:
@@ -97,10 +97,7 @@ def main(argv=None) -> int:
     from mambafuzz.materialize import materialize
 
     out = Report("loop_timeline")
-    out("# loop_timeline: one large batch's GPU timeline")
-    out()
-    out(device_line())
-    out(f"- commit: {commit()}; command: python bench/loop_timeline.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    out.header("one large batch's GPU timeline", argv)
     out("- case: 64 rows x 4 MiB, region to region (512 MiB arena), triton.batch_memcpy, run_reps(graph=False)")
     out()
     m = materialize(disjoint_rows(64, 4 << 20), "cuda")

@@ -22,7 +22,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, commit, device_line, median_us, require_compiled_gpu  # noqa: E402
+from _gpu_common import Report, median_us, require_compiled_gpu  # noqa: E402
 
 K = 16  # repetitions a graph, gpu_reps.DEFAULT_K
 
@@ -40,10 +40,7 @@ def main(argv=None) -> int:
     from mambafuzz.materialize import materialize
 
     out = Report("small_reps")
-    out("# small_reps: a small case's repetition in a CUDA graph")
-    out()
-    out(device_line())
-    out(f"- commit: {commit()}; command: python bench/small_reps.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    out.header("a small case's repetition in a CUDA graph", argv)
     out(f"- us a repetition: CUDA events around {args.reps} replays of a {K}-repetition graph, median of "
         f"{args.samples}")
     out()

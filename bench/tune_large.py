@@ -36,7 +36,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, commit, device_line, median_us, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
+from _gpu_common import Report, median_us, reference_copy, require_compiled_gpu, warm_median_us  # noqa: E402
 from gpu_bench import disjoint_rows  # noqa: E402
 
 MiB = 1 << 20
@@ -81,10 +81,7 @@ def main(argv=None) -> int:
     out = Report("tune_large")
     dev = torch.device("cuda")
     _, ref_bw = reference_copy(args.ref_mib, warm_median_us)
-    out("# tune_large: the batch copy's split and the chunk judge's shape")
-    out()
-    out(device_line())
-    out(f"- commit: {commit()}; command: python bench/tune_large.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    out.header("the batch copy's split and the chunk judge's shape", argv)
     out(f"- reference: torch copy_ of {args.ref_mib} MiB device-to-device: {ref_bw / 1e9:.0f} GB/s (read + write)")
     out(f"- timing: CUDA events around {args.reps} calls, median of {args.samples} samples")
     out()
