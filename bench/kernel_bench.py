@@ -27,7 +27,7 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from _gpu_common import Report, device_line, reference_copy, require_compiled_gpu, timed_us  # noqa: E402
+from _gpu_common import Report, reference_copy, require_compiled_gpu, timed_us  # noqa: E402
 
 
 def _args(argv):
@@ -72,9 +72,7 @@ def main(argv=None) -> int:
     # ---------------------------------------------------------------- reference
     ref_us, ref_bw = reference_copy(args.ref_mib, lambda copy: ab(copy, copy, reps=5)[0])  # bytes/s
 
-    out("# kernel_bench")
-    out()
-    out(device_line())
+    out.header("the project's kernels against their baselines", argv)
     out(f"- method: A/B alternated, {args.pairs} pairs x {args.reps} launches, median; "
         f"num_warps {nw}")
     out(f"- reference: torch copy_ of {args.ref_mib} MiB device-to-device: {ref_us:.1f} us, "
