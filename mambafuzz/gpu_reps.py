@@ -268,9 +268,10 @@ def chunk_plan(m: Materialized, chunk_bytes: int) -> ChunkPlan:
     """The chunks judge's plan for a dense case (see ARCHITECTURE.md).
 
     Changed chunks: those holding a byte where the expectation differs from
-    the snapshot, listed from the highest down.  Idempotent: the contract's oracle, run on the expectation,
-    gives the expectation back, i.e. no byte a correct target reads is one it
-    changed; then nothing needs restoring after a passing repetition.
+    the snapshot, listed from the highest down.  Idempotent: the contract's
+    oracle, run on the expectation, gives the expectation back, i.e. no byte a
+    correct target reads is one it changed; then nothing needs restoring after
+    a passing repetition.
     """
     if m.positions is not None:
         raise ValueError("chunk_plan: sparse cases are judged in full")
@@ -282,7 +283,7 @@ def chunk_plan(m: Materialized, chunk_bytes: int) -> ChunkPlan:
     idempotent = not hot.any() or _idempotent(m)
     # changed chunks from the highest down: a copy's programs mostly run in address order, so the end
     # of what it wrote is the likeliest to be in L2 still when the judge's first programs read it
-    # (1 point of copy_ on a large repetition, bench/judge_order.py)
+    # (0.2-1.3 points of copy_ on a large repetition, bench/judge_order.py)
     order = np.concatenate([np.flatnonzero(hot)[::-1], np.flatnonzero(~hot)]).astype(np.int64)
     n_check = int(hot.sum())
     return ChunkPlan(order, n_check, 0 if idempotent else n_check, idempotent)
@@ -369,8 +370,7 @@ class _Buffers:
         chunks only when it is full (``ChunkCheck.is_full``), on a program per chunk; no walk
         launch that would exit at once."""
         if self.plan is None:
-            self.check(counter, slot, zero_base)
-            return
+            return self(counter, slot, zero_base, last_slot)
         self.check(counter, slot, zero_base, last_slot, walk=False)
         if self.check.is_full(slot, last_slot):
             self.check.walk(counter, slot, zero_base)
@@ -437,6 +437,7 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     bufs = _Buffers.of(m, choose_judge(m, judge), chunk_words, full_every)
     run = _runner(m, fn, amplifiable)
     dev = m.arena.device
+    sync = _sync_of(dev)
     last = reps - 1
     _start(m, bufs)
     # Every check passes a slot base (one compiled variant; warm-up, capture and loop all use it).
@@ -464,11 +465,10 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     try_graph, reason = use_graph(reps, graph, dev.type == "cuda" or capture is not None, dense_bytes)
     cap = capture or cuda_capture
     d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason,
-              TimeBox(end, _sync_of(dev), clock))
+              TimeBox(end, sync, clock))
     if d.done < reps and bufs.plan is not None:  # its last repetition walked only the changed chunks
         bufs.check.walk(counter, d.done - 1, zero_base)
-    _sync_of(dev)()  # the one host synchronisation of the batch, then a copy that need not wait
-    per_rep = counter[:d.done].cpu().numpy()
+    per_rep = counter[:d.done].cpu().numpy()  # the one host synchronisation of the batch
     # the chunks judge leaves the arena differing from the snapshot only where a correct repetition
     # changes it (its last repetition is full); the full judge restores all of it every repetition
     m.arena_holds = "changes" if bufs.plan is not None else "nothing"

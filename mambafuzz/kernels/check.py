@@ -11,8 +11,8 @@ launches and can be captured in a CUDA graph.
 Dense layout (``check_restore``): when the three buffers are 8-byte aligned
 (torch's CUDA allocator gives 256-byte aligned storage; the wrapper checks the
 actual ``data_ptr``) the bytes are read as u64 words, ``WORDS`` words per
-program (``SMALL_WORDS`` for a small arena), and the ``n % 8`` tail bytes byte-wise; otherwise every access is a
-byte.  Every program but the last covers a full block with no mask (so the
+program (``SMALL_WORDS`` for a small arena), and the ``n % 8`` tail bytes
+byte-wise; otherwise every access is a byte.  Every program but the last covers a full block with no mask (so the
 loads vectorise); the last one covers the rest of the words, the tail and the
 auxiliary array.  Differing bytes of a u64 word are counted SWAR-style: OR the
 bits of every byte into its low bit, mask, and sum the eight low bits with one
@@ -401,9 +401,9 @@ class CheckRestore:
     aux_expected=None, aux_snapshot=None)``; then ``check(counter, slot,
     slot_base=None)`` launches one kernel.  The bytes a program judges
     (``words``, ``nbytes_per_program``) default by size: the small shape for a
-    judge of at most ``SMALL_PROGRAMS`` of its programs, else the large one.  With ``positions`` (int64) the
-    check is sparse: ``expected``/``snapshot`` hold ``n`` bytes that belong at
-    ``arena[positions]``.
+    judge of at most ``SMALL_PROGRAMS`` of its programs, else the large one.
+    With ``positions`` (int64) the check is sparse: ``expected``/``snapshot``
+    hold ``n`` bytes that belong at ``arena[positions]``.
     """
 
     def __init__(self, arena, expected, snapshot, n=None, *, positions=None, aux=None,
@@ -479,8 +479,8 @@ class ChunkCheck:
     last_slot=-1, walk=True)``: judge the changed chunks; when the
     repetition's absolute slot + 1 is a multiple of ``full_every`` or equals
     ``last_slot`` + 1, judge every other chunk too (the second launch, which
-    ``walk=False`` leaves out, for a caller that knows the repetition is not
-    full).  Any chunk that differs is restored: a changed one at once, any
+    ``walk=False`` leaves out, for a caller that knows whether the repetition
+    is full: it calls ``walk`` for a full one).  Any chunk that differs is restored: a changed one at once, any
     other by the next full repetition.  The three buffers must be 8-byte
     aligned.
     """
