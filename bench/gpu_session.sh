@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU work, every step's exact command logged with the commit it ran at.
 # Usage (on the GPU box, repo root): OUT=/some/dir MF_COMMIT=<sha> bash bench/gpu_session.sh STEP...
-# Steps (TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo useramp racemap timeline order small.  Results go to $OUT/w/ and, at the
+# Steps (TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
 # end, into one archive $OUT/gpu_results.tgz (the device tool brings few files back).
 set -u
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -38,6 +38,7 @@ for step in "$@"; do
     useramp) run useramp 330 "python3 bench/user_amp_bench.py --device cuda --time 60 --plain-time 40 --clean-time 25 --shrink-time 30 \
               --cpu-json bench/results/user_amp_cpu.json --out $W/user_amp_h200.json --md $W/user_amp_h200.md \
               > $W/user_amp.log 2>&1; cat $W/user_amp_h200.md" ;;
+    trust) run trust 300 "env -u TRITON_INTERPRET python3 -m pytest -q -p no:cacheprovider tests/unit/test_interp_compat.py tests/detection/test_style_kernels.py tests/unit/test_compile_finding.py > $W/trust_cpu.txt 2>&1; tail -3 $W/trust_cpu.txt" ;;
     small) run small 200 "python3 bench/small_reps.py --out $W/small_reps.md > $W/small_reps.log 2>&1; cat $W/small_reps.md" ;;
     order) run order 200 "python3 bench/judge_order.py --out $W/judge_order.md > $W/judge_order.log 2>&1; cat $W/judge_order.md" ;;
     timeline) run timeline 200 "python3 bench/loop_timeline.py --out $W/loop_timeline.md > $W/loop_timeline.log 2>&1; cat $W/loop_timeline.md" ;;

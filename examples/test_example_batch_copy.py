@@ -6,19 +6,11 @@ barrier between a chunk's loads and its stores, so no lane stores a byte
 another lane has yet to load.  The adapter converts the contract's int64
 tensors to the engine's dtypes; mambafuzz draws the overlaps.
 """
-import os
-
-import pytest
 import torch
 import triton
 import triton.language as tl
 
 import mambafuzz
-
-# Triton < 3.7's interpreter cannot run range() over a bound loaded from memory.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") == "1" and tuple(map(int, triton.__version__.split(".")[:2])) < (3, 7),
-    reason="Triton < 3.7's interpreter cannot run range() over a loaded bound")
 
 
 @triton.jit

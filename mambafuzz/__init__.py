@@ -5,7 +5,8 @@ interpreted when a kernel is defined, so the device must be chosen first
 (``mambafuzz.check`` does it).  The public names load on first use:
 
 - ``check(fn, contract, ...)`` (``mambafuzz.api``): fuzz your function from your tests;
-- ``Failure``, ``Inconclusive``, ``UsageError``, ``MambafuzzError`` (``mambafuzz.errors``);
+- ``Failure``, ``Inconclusive``, ``UsageError``, ``MambafuzzError``, ``Rejected`` (``mambafuzz.errors``);
+- ``reject(why)``: a target declines an input it does not support (counted, never a finding);
 - ``strategies``: ``batch_copies``, ``state_copies``, ``postprocesses`` for your own ``@given`` tests;
 - ``adapters``: views of the bytes behind a pointer, the meta table as per-column arrays;
 - ``engine``: ``run_case(fn, case, device)`` judges one case.
@@ -14,17 +15,18 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["Failure", "Inconclusive", "MambafuzzError", "UsageError", "adapters", "check", "engine", "strategies"]
+__all__ = ["Failure", "Inconclusive", "MambafuzzError", "Rejected", "UsageError", "adapters", "check", "engine",
+           "reject", "strategies"]
 
-_ERRORS = ("Failure", "Inconclusive", "MambafuzzError", "UsageError")
+_ERRORS = ("Failure", "Inconclusive", "MambafuzzError", "Rejected", "UsageError")
 _MODULES = ("adapters", "api", "engine", "strategies", "contracts", "findings", "device", "errors")
 
 
 def __getattr__(name: str):
     if name in _ERRORS:
         return getattr(importlib.import_module("mambafuzz.errors"), name)
-    if name == "check":
-        return importlib.import_module("mambafuzz.api").check
+    if name in ("check", "reject"):
+        return getattr(importlib.import_module("mambafuzz.api"), name)
     if name in _MODULES:
         return importlib.import_module(f"mambafuzz.{name}")
     raise AttributeError(f"module 'mambafuzz' has no attribute {name!r}")

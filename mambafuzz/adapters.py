@@ -13,6 +13,7 @@ test keeps the two equal).
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -21,7 +22,7 @@ from mambafuzz.contracts.pools import META_COLUMNS
 _COL = {name: i for i, name in enumerate(META_COLUMNS)}
 META_COLS = len(META_COLUMNS)
 
-__all__ = ["STATE_COLUMNS", "KIND_TEMPORAL", "KIND_SD", "KIND_DS", "arguments_table", "block_table_ptrs",
+__all__ = ["STATE_COLUMNS", "KIND_TEMPORAL", "KIND_SD", "KIND_DS", "add_region", "arguments_table", "block_table_ptrs",
            "block_table_row_stride", "bytes_at", "slot_buffers", "state_block_table_ptrs", "state_columns",
            "typed_view"]
 
@@ -37,6 +38,21 @@ STATE_COLUMNS = {
     "ds_row_stride": (_COL["DS_ROW_STRIDE"], torch.int64),
 }
 KIND_TEMPORAL, KIND_SD, KIND_DS = 0, 1, 2  # state_columns(meta)["kind"]
+
+
+def add_region(name: str, tensor_or_start, nbytes: int | None = None) -> None:
+    """Tell the CPU race check's bounds fence that your kernel may touch this memory.
+
+    A tensor (its elements, or `nbytes` from its start) or a raw address and
+    `nbytes`.  Needed only for memory no torch op returned during the call: a
+    buffer allocated before it and reached through a pointer table, or one from
+    another library (README "What the race check knows").  A no-op when the
+    recorder is not recording (on a GPU, say).
+    """
+    racecheck = sys.modules.get("mambafuzz.racecheck")  # never imported here: no recorder, nothing to tell
+    recorder = racecheck.recording() if racecheck is not None else None
+    if recorder is not None:
+        recorder.add_region(name, tensor_or_start, nbytes)
 
 
 def _address(ptr) -> int:

@@ -13,6 +13,9 @@ report or raises exactly one of:
 - ``mambafuzz.UsageError``: bad arguments (an unknown contract or option, a
   function that does not fit the contract), one line.
 
+``reject(why)``, called inside the function, declines an input it does not
+support: counted with its reason, neither a finding nor a valid example.
+
 Saved crash files are a regression corpus: before fuzzing, ``check`` replays
 every crash file under ``<crashes_dir>/<contract>/<target>/`` and fails at
 once if one still fails (like Hypothesis' example database, but readable and
@@ -32,13 +35,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import Failure, Inconclusive, InternalError, UsageError
+from .errors import Failure, Inconclusive, InternalError, Rejected, UsageError
 
-__all__ = ["check", "Failure", "Inconclusive", "UsageError"]
+__all__ = ["check", "reject", "Failure", "Inconclusive", "Rejected", "UsageError"]
 
 # Set by the pytest plugin: command-line options that win over check()'s arguments
 # ("device", "max_examples", "reps", "crashes_dir", "database"), and "rerun" for the running test.
 _CONTEXT: dict[str, Any] = {}
+
+
+def reject(why: str = ""):
+    """Decline this input from inside the target (an adapter, a launcher): raises ``Rejected(why)``.
+
+    For a kernel that supports only part of its contract (at most 8 pairs, one
+    dtype): the example counts as rejected, with `why`, never as a finding nor
+    as clean evidence; too few valid examples left is inconclusive.
+    """
+    raise Rejected(why)
 
 
 def _spec_of(fn) -> str | None:
@@ -132,8 +145,17 @@ def _failure(finding, replayable: bool, replayed: bool, report=None) -> Failure:
                    replay=replay, rerun=rerun, replayed=replayed, report=report)
 
 
+def _compiled_hint(device: str, why: str) -> str:
+    """What to do when the user's kernels were defined compiled in a CPU run (on the same line)."""
+    if device == "cpu" and any(t in why for t in ("cpu tensor?", "active drivers")):
+        return ("; your kernels were defined compiled: set TRITON_INTERPRET=1 (or pytest --mambafuzz-device cpu) "
+                "before they are imported")
+    return ""
+
+
 def _replay_saved(target, opts, replayable: bool) -> list[Path]:
     """Replay this target's saved crash files; raise Failure on the first that still fails."""
+    __tracebackhide__ = True  # pytest shows the test's line, not this loop
     from . import findings
     from .engine import run_case
 
@@ -145,7 +167,13 @@ def _replay_saved(target, opts, replayable: bool) -> list[Path]:
         record = findings.load(path)  # a corrupt file in the corpus is a CrashFileError (a UsageError)
         try:
             verdict = run_case(target.fn, record.case, opts.device, reps=opts.reps, mode=opts.mode)
-        except (Inconclusive, InternalError) as exc:
+        except Rejected:  # the target declines this case now (mambafuzz.reject): no failure, not replayed
+            paths = [p for p in paths if p != path]
+            continue
+        except Inconclusive as exc:  # one line, the hint on it; the kernel's traceback says no more
+            why = f"{target.name}: saved case {path} could not be checked: {exc}"
+            raise Inconclusive(why + _compiled_hint(opts.device, str(exc))) from None
+        except InternalError as exc:  # mambafuzz's own: its traceback is worth keeping
             raise Inconclusive(f"{target.name}: saved case {path} could not be checked: {exc}") from exc
         if verdict.failed:
             finding = findings.Finding(target=target.name, contract=target.contract, device=opts.device,
@@ -222,9 +250,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     if report.status == "interrupted":
         raise KeyboardInterrupt(f"mambafuzz: {target.name} interrupted")
     if report.status != "clean":
-        hint = ("; your kernels were defined compiled: set TRITON_INTERPRET=1 (or pytest --mambafuzz-device cpu) "
-                "before they are imported" if device == "cpu" and any(t in report.why for t in ("cpu tensor?", "active drivers")) else "")
-        exc = Inconclusive(f"{target.name}: inconclusive: {report.why}{hint}")
+        exc = Inconclusive(f"{target.name}: inconclusive: {report.why}{_compiled_hint(device, report.why)}")
         exc.report = report
         raise exc
     return report

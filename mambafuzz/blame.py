@@ -6,9 +6,13 @@ when it comes from the kernel or the user's own code.  Three answers:
 - ``kernel``: raised by the user's function or the kernel's own logic (a
   ``tl.device_assert``, an exception in an adapter): a finding of kind
   ``exception``, located at the last frame of user code;
+- ``compile``: Triton's compiler rejected the kernel for this input (say an
+  integer argument specialised to the constant 1, then ``.to()`` on it): a
+  finding of kind ``compile`` against the kernel, naming the kernel line, the
+  compiler's message and the specialised arguments (:func:`compile_failure`);
 - ``interpreter``: raised inside Triton's machinery while it ran the kernel (a
-  construct the installed interpreter cannot run, a compile error): nothing
-  was checked, the run is *inconclusive*, never a finding;
+  construct the installed interpreter cannot run): nothing was checked, the
+  run is *inconclusive*, never a finding;
 - ``mambafuzz``: raised by this project's own engine code (oracle,
   materialisation, recorder hooks): an internal error, also inconclusive.
 
@@ -16,11 +20,12 @@ CUDA faults of a compiled kernel are decided by the engine before it asks here.
 """
 from __future__ import annotations
 
+import linecache
 import os
 import traceback
 from dataclasses import dataclass
 
-KERNEL, INTERPRETER, MAMBAFUZZ = "kernel", "interpreter", "mambafuzz"
+KERNEL, COMPILE, INTERPRETER, MAMBAFUZZ = "kernel", "compile", "interpreter", "mambafuzz"
 
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The project's own kernels (the ones under test, zoo included) count as kernel code; the rest of
@@ -71,17 +76,21 @@ def root_cause(exc: BaseException) -> BaseException:
 
 @dataclass(frozen=True)
 class Blame:
-    who: str            # KERNEL | INTERPRETER | MAMBAFUZZ
+    who: str            # KERNEL | COMPILE | INTERPRETER | MAMBAFUZZ
     message: str        # one line, names the construct or the exception
     where: str | None   # "file.py:12: source text" of the last user frame, if any
     traceback: str      # the whole traceback text (for an internal-error file)
 
 
-# Constructs an older interpreter cannot run: (exception type name, message part, source part,
-# what to call it, first Triton release whose interpreter runs it).
+# Constructs an interpreter cannot run: (exception type name, message part, source part, what to
+# call it, first Triton release whose interpreter runs it, None for none).  mambafuzz mends the
+# loaded loop bound on 3.5/3.6 (racecheck.hooks.interpreter_adapters); the entry stays for a
+# bound it does not mend (not an integer) and for a kernel run outside its adapters.
 KNOWN_LIMITS = (
     ("TypeError", "0-dimensional arrays", "range(",
      "a `for` loop over a bound loaded from memory (`range` over a tensor)", "3.7"),
+    ("NotImplementedError", "inline_asm not supported", "inline_asm_elementwise(",
+     "inline assembly (`tl.inline_asm_elementwise`)", None),
 )
 
 
@@ -104,6 +113,9 @@ def classify(exc: BaseException) -> Blame:
     innermost = owners[-1] if owners else "stdlib"
     in_triton = any(o == "triton" for o in owners) or type(exc).__name__ == "InterpreterError"
 
+    failure = compile_failure(exc)
+    if failure is not None:
+        return Blame(COMPILE, failure.line(), failure.where, text)
     if isinstance(root, AssertionError) and frames and frames[-1].name in _ASSERT_FUNCS:
         return Blame(KERNEL, f"{_ASSERT_FUNCS[frames[-1].name]} failed: {root}", where, text)
     # the last frame that is not a library's decides between user code and ours
@@ -113,9 +125,10 @@ def classify(exc: BaseException) -> Blame:
         for name, part, source, construct, first in KNOWN_LIMITS:
             if type(root).__name__ == name and part in str(root) and last_user is not None \
                     and source in (last_user.line or ""):
+                later = (f"Triton {first} and later can" if first else
+                         "no release's interpreter can (a --device cuda run checks it)")
                 return Blame(INTERPRETER, f"Triton {version}'s interpreter cannot run {construct} "
-                                          f"({where}); Triton {first} and later can: inconclusive, not a "
-                                          f"finding", where, text)
+                                          f"({where}); {later}: inconclusive, not a finding", where, text)
         at = f" at {where}" if where else ""
         return Blame(INTERPRETER, f"Triton {version} failed inside its own code running the kernel{at}: "
                                   f"{what}: inconclusive, not a finding", where, text)
@@ -124,3 +137,111 @@ def classify(exc: BaseException) -> Blame:
         at = f" ({os.path.basename(inner.filename)}:{inner.lineno} in {inner.name})" if inner else ""
         return Blame(MAMBAFUZZ, f"internal error in mambafuzz{at}: {what}", where, text)
     return Blame(KERNEL, f"{what} (raised at {where})", where, text)
+
+
+# --------------------------------------------------------------------------
+# compile errors: Triton's compiler rejected the kernel for this input
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompileFailure:
+    """What a user needs to fix a kernel Triton would not compile for one input."""
+
+    kernel: str               # the @triton.jit function the error is in
+    where: str | None         # "file.py:12: source text" of the kernel line the compiler points at
+    message: str              # the compiler's own message, one line
+    specialised: tuple        # "name=value (why)" of each argument Triton specialised for this launch
+
+    def line(self) -> str:
+        spec = f"; specialised: {', '.join(self.specialised)}" if self.specialised else ""
+        at = f" at {self.where}" if self.where else ""
+        return f"Triton could not compile {self.kernel}{at}: {self.message}{spec}"
+
+
+def _compilation_error(exc: BaseException):
+    """The first triton CompilationError in exc's cause/context chain, or None."""
+    try:
+        from triton.compiler.errors import CompilationError
+    except ImportError:  # pragma: no cover - every supported release has it
+        return None
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, CompilationError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _frames(exc: BaseException):
+    tb = exc.__traceback__
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
+
+
+def _def_line(jit_fn) -> tuple[str, int] | None:
+    """(file, line of ``def``) of a JITFunction: its source starts at the decorators."""
+    fn = getattr(jit_fn, "fn", None)
+    code = getattr(fn, "__code__", None)
+    start = getattr(jit_fn, "starting_line_number", None)
+    if code is None or start is None:
+        return None
+    for i, text in enumerate(getattr(jit_fn, "raw_src", None) or ()):
+        if text.strip().startswith("def "):
+            return code.co_filename, start + i
+    return code.co_filename, start
+
+
+def _specialised(jit_fn, args, kwargs) -> tuple:
+    """The arguments this launch compiled as constants: constexpr parameters and integers equal to 1."""
+    params = getattr(jit_fn, "params", None) or ()
+    names = [p.name for p in params]
+    values = dict(zip(names, args))
+    values.update({k: v for k, v in kwargs.items() if k in names})
+    out = []
+    for p in params:
+        if p.name not in values:
+            continue
+        v = values[p.name]
+        if getattr(p, "is_constexpr", False):
+            out.append(f"{p.name}={v!r} (constexpr)")
+        elif isinstance(v, int) and not isinstance(v, bool) and v == 1 and not getattr(p, "do_not_specialize", False):
+            out.append(f"{p.name}=1 (an int equal to 1 is compiled as the constant 1)")
+    return tuple(out)
+
+
+def compile_failure(exc: BaseException) -> CompileFailure | None:
+    """Describe a Triton compile error raised by launching a kernel; None for any other exception.
+
+    The compiler's error names a line relative to the function it was compiling
+    (``at 3:16``); the frames still hold that function (the code generator's
+    ``jit_fn``) and the launch (``JITFunction.run``'s ``self``, args and kwargs).
+    """
+    err = _compilation_error(exc)
+    if err is None:
+        return None
+    src = getattr(err, "src", None)
+    launched, launch_args, launch_kwargs, compiled = None, (), {}, None
+    for frame in _frames(err):
+        me = frame.f_locals.get("self")
+        if frame.f_code.co_name == "run" and hasattr(me, "params") and launched is None:
+            launched = me
+            launch_args = frame.f_locals.get("args", ())
+            launch_kwargs = frame.f_locals.get("kwargs", {})
+        jit_fn = getattr(me, "jit_fn", None)
+        if jit_fn is not None and getattr(jit_fn, "src", None) == src:
+            compiled = jit_fn
+    compiled = compiled or launched
+    where = None
+    node_line = getattr(getattr(err, "node", None), "lineno", None)
+    if compiled is not None and node_line is not None and (at := _def_line(compiled)) is not None:
+        filename, def_line = at
+        line = def_line + node_line - 1
+        where = f"{os.path.basename(filename)}:{line}: {linecache.getline(filename, line).strip()}"
+    message = err.error_message if getattr(err, "error_message", None) else str(err).strip().splitlines()[-1:]
+    if isinstance(message, list):
+        message = message[0] if message else type(err).__name__
+    message = " ".join(str(message).split())
+    name = getattr(getattr(compiled, "fn", None), "__name__", None) or "the kernel"
+    spec = _specialised(launched, launch_args, launch_kwargs) if launched is not None else ()
+    return CompileFailure(name, where, message, spec)

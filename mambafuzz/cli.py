@@ -14,32 +14,66 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-
-from . import contracts, interrupt, outcome
+from . import interrupt, outcome
 from . import device as device_mod
 from .errors import UsageError
 from .outcome import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_USAGE
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+
+class _Console:
+    """A rich Console made at its first use: rich takes longer to import than ``--help`` to run."""
+
+    def __init__(self, **options):
+        self.options, self.console = options, None
+
+    def print(self, *args, **kwargs) -> None:
+        if self.console is None:
+            from rich.console import Console
+            self.console = Console(**self.options)
+        self.console.print(*args, **kwargs)
+
+
+out = _Console(soft_wrap=True)
+err = _Console(stderr=True, soft_wrap=True)
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """--help shows every default and keeps the exit-code table as written."""
 
 
+class BadUsage(SystemExit):
+    """argparse's own error, already printed as one line: exit 2, with the message (for --json)."""
+
+    def __init__(self, message: str):
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, fill=None, **kwargs):
         kwargs.setdefault("formatter_class", _Formatter)
         kwargs.setdefault("epilog", outcome.table_text())
         super().__init__(*args, **kwargs)
+        self.fill = fill  # adds this command's arguments on first use (build_parser)
+
+    def filled(self) -> "_Parser":
+        if self.fill is not None:
+            fill, self.fill = self.fill, None
+            fill(self)
+        return self
+
+    def parse_known_args(self, args=None, namespace=None):
+        return super(_Parser, self.filled()).parse_known_args(args, namespace)
+
+    def format_help(self):
+        return super(_Parser, self.filled()).format_help()
+
+    def format_usage(self):
+        return super(_Parser, self.filled()).format_usage()
 
     def error(self, message):  # argparse's own errors: one line, exit 2
         err.print(f"mambafuzz: error: {message}", highlight=False)
-        sys.exit(EXIT_USAGE)
+        raise BadUsage(message)
 
 
 def _positive(kind):
@@ -107,6 +141,8 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
 
 def _add_contract_options(p, *, with_defaults: bool) -> None:
     """Each contract's own options (what a user's kernel supports), e.g. --overlap for batch_memcpy."""
+    from . import contracts
+
     seen = set()
     for contract in contracts.CONTRACTS.values():
         for option in contract.cli_options:
@@ -118,56 +154,76 @@ def _add_contract_options(p, *, with_defaults: bool) -> None:
                                     + ("" if with_defaults else " (None: the crash file's)"))
 
 
+SMOKE_TIME = 45.0  # smoke's default --time: a bounded CI job whatever the number of targets
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The whole command line.  A command's own arguments are added when that command is parsed
+    or its help shown (``_Parser.fill``): the contracts' options import numpy and the oracle,
+    which ``mambafuzz --help`` and a usage error do without."""
     parser = _Parser(prog="mambafuzz", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("list", help="list targets")
-    p.add_argument("--json", action="store_true")
+    def fill_list(p):
+        p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("fuzz", help="fuzz chosen targets (long sessions on a GPU box)")
-    p.add_argument("--target", action="append", required=True,
-                   help="name, glob, or module:function (with --contract); repeatable")
-    p.add_argument("--contract", choices=contracts.NAMES, metavar="CONTRACT",
-                   help=f"the contract of a module:function target: {', '.join(contracts.NAMES)}")
-    _add_contract_options(p, with_defaults=True)
-    _add_run_options(p, max_examples=1000, time_default=None)
+    def fill_fuzz(p):
+        from . import contracts
 
-    p = sub.add_parser("smoke", help="bounded CI run over the correct targets (CPU by default)")
-    _add_run_options(p, max_examples=60, time_default=600.0)
+        p.add_argument("--target", action="append", required=True,
+                       help="name, glob, or module:function (with --contract); repeatable")
+        p.add_argument("--contract", choices=contracts.NAMES, metavar="CONTRACT",
+                       help=f"the contract of a module:function target: {', '.join(contracts.NAMES)}")
+        _add_contract_options(p, with_defaults=True)
+        _add_run_options(p, max_examples=1000, time_default=None)
 
-    p = sub.add_parser("zoo", help="fuzz every bug-zoo variant; fails if any escapes")
-    p.add_argument("--target", action="append", default=None, help="only these zoo targets (names or globs)")
-    _add_run_options(p, max_examples=200, time_default=None)
-    p.set_defaults(crashes_dir=Path(".mambafuzz/zoo-crashes"))
+    def fill_smoke(p):
+        _add_run_options(p, max_examples=60, time_default=SMOKE_TIME)
 
-    p = sub.add_parser("replay", help="re-run saved crash files")
-    p.add_argument("paths", nargs="*", type=Path, default=[Path("crashes")])
-    p.add_argument("--against", default=None,
-                   help="run this target instead of the one recorded: a name, or module:function "
-                        "(contract and overlap from each crash file)")
-    p.add_argument("--contract", choices=contracts.NAMES, default=None, metavar="CONTRACT",
-                   help=f"with --against module:function: its contract, {', '.join(contracts.NAMES)} "
-                        "(None: the crash file's)")
-    _add_contract_options(p, with_defaults=False)
-    p.add_argument("--device", default="cpu", choices=device_mod.DEVICES)
-    p.add_argument("--mode", choices=("compare", "race"), default=None)
-    p.add_argument("--reps", type=_positive(int), default=None)
-    p.add_argument("--timeout", type=_positive(float), default=120.0, metavar="SECONDS",
-                   help="a replayed crash or hang finding runs in a child process stopped after this long")
-    p.add_argument("--json", action="store_true")
+    def fill_zoo(p):
+        p.add_argument("--target", action="append", default=None, help="only these zoo targets (names or globs)")
+        _add_run_options(p, max_examples=200, time_default=None)
+        p.set_defaults(crashes_dir=Path(".mambafuzz/zoo-crashes"))
 
-    p = sub.add_parser("report", help="one static HTML page from a --json report, a session or crash files")
-    p.add_argument("path", type=Path, help="a saved --json report (fuzz, smoke, zoo, replay), a session's state "
-                                           "file or folder (.mambafuzz/sessions), a crash file or folder")
-    p.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="the page to write")
+    def fill_replay(p):
+        from . import contracts
 
-    p = sub.add_parser("selfcheck", help="check the oracle against hand-worked examples")
+        p.add_argument("paths", nargs="*", type=Path, default=[Path("crashes")])
+        p.add_argument("--against", default=None,
+                       help="run this target instead of the one recorded: a name, or module:function "
+                            "(contract and overlap from each crash file)")
+        p.add_argument("--contract", choices=contracts.NAMES, default=None, metavar="CONTRACT",
+                       help=f"with --against module:function: its contract, {', '.join(contracts.NAMES)} "
+                            "(None: the crash file's)")
+        _add_contract_options(p, with_defaults=False)
+        p.add_argument("--device", default="cpu", choices=device_mod.DEVICES)
+        p.add_argument("--mode", choices=("compare", "race"), default=None)
+        p.add_argument("--reps", type=_positive(int), default=None)
+        p.add_argument("--timeout", type=_positive(float), default=120.0, metavar="SECONDS",
+                       help="a replayed crash or hang finding runs in a child process stopped after this long")
+        p.add_argument("--json", action="store_true")
+
+    def fill_report(p):
+        p.add_argument("path", type=Path, help="a saved --json report (fuzz, smoke, zoo, replay), a session's "
+                                               "state file or folder (.mambafuzz/sessions), a crash file or folder")
+        p.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="the page to write")
+
+    sub.add_parser("list", help="list targets", fill=fill_list)
+    sub.add_parser("fuzz", help="fuzz chosen targets (long sessions on a GPU box)", fill=fill_fuzz)
+    sub.add_parser("smoke", help=f"bounded CI run over the correct targets (CPU by default, {SMOKE_TIME:g} s)",
+                   fill=fill_smoke)
+    sub.add_parser("zoo", help="fuzz every bug-zoo variant; fails if any escapes", fill=fill_zoo)
+    sub.add_parser("replay", help="re-run saved crash files", fill=fill_replay)
+    sub.add_parser("report", help="one static HTML page from a --json report, a session or crash files",
+                   fill=fill_report)
+    sub.add_parser("selfcheck", help="check the oracle against hand-worked examples")
     return parser
 
 
 def _fuzz_options(args, device: str):
     from mambafuzz import strategies
+
+    from . import contracts
     from .fuzz import FuzzOptions, check_database, check_redis
 
     mode = args.mode or ("race" if device == "cpu" else "compare")
@@ -234,15 +290,24 @@ def _check_writable(folder: Path, what: str | None = None) -> None:
 _STYLES = {"finding": "red", "clean": "green", "inconclusive": "yellow", "interrupted": "yellow"}
 
 
-def _report_table(reports, title: str) -> Table:
+def _report_table(reports, title: str):
     """Counts only, so it fits 80 columns; details follow as plain lines (``_details``)."""
+    from rich.table import Table
+
     table = Table(title=title)
     for col in ("target", "status", "examples", "reps", "failed", "time"):
         table.add_column(col, overflow="fold", justify="left" if col in ("target", "status") else "right")
     for r in reports:
         table.add_row(r.target, f"[{_STYLES.get(r.status, 'yellow')}]{r.status}[/]", str(r.examples), str(r.reps),
-                      str(r.failed_reps), f"{r.seconds:.1f}s")
+                      _failed_cell(r), f"{r.seconds:.1f}s")
     return table
+
+
+def _failed_cell(r) -> str:
+    """Failing repetitions; a recorded hazard (race, oob) needs no wrong byte and is no rate: its kind."""
+    if r.finding is None or not r.finding.deterministic:
+        return str(r.failed_reps)
+    return r.finding.verdict.kind
 
 
 def _details(reports, device: str) -> list[str]:
@@ -254,8 +319,10 @@ def _details(reports, device: str) -> list[str]:
     for r in reports:
         f = r.finding
         if f is not None:
-            lines.append(f"FINDING {r.target} ({f.verdict.kind}): {f.verdict.summary()}")
+            kind = f.verdict.kind + (", deterministic" if f.deterministic else "")
+            lines.append(f"FINDING {r.target} ({kind}): {f.verdict.summary()}")
             lines.append(f"  case: {f.case.describe()}")
+            lines.append(f"  {f.shrink_line()}")
             lines += [f"  {line}" for line in f.gpu_lines()]
             if f.path:
                 lines.append(f"  saved: {f.path}{'' if r.written else ' (known already)'}")
@@ -299,6 +366,9 @@ class _View:
 
     def __init__(self, title: str, quiet: bool):
         self.title = title
+        from rich.console import Console
+        from rich.live import Live
+
         self.console = Console(stderr=True, quiet=quiet)
         self.live = None
         if self.console.is_terminal and not quiet:
@@ -365,15 +435,27 @@ def cmd_list(args) -> int:
                            "bug": t.bug, "devices": list(t.devices), "description": t.description}
                           for t in targets], indent=2))
         return EXIT_CLEAN
+    from rich.table import Table
+
     table = Table(title="mambafuzz targets")
-    for col in ("name", "contract", "kind", "overlap", "bug"):
-        table.add_column(col, overflow="fold")
+    for col in ("name", "contract", "kind", "overlap", "devices"):
+        table.add_column(col, no_wrap=True, overflow="fold")
     for t in targets:
-        table.add_row(t.name, t.contract, t.kind, t.overlap, t.bug or "")
+        table.add_row(t.name, t.contract, t.kind, t.overlap, ", ".join(t.devices))
     out.print(table)
-    for t in targets:  # descriptions as plain lines: a table column of prose is unreadable at 80 columns
-        print(f"{t.name}: {t.description}")
+    for line in description_lines(targets):  # prose as plain lines: a table column of it is unreadable
+        print(line)
     return EXIT_CLEAN
+
+
+def description_lines(targets, width: int = 80) -> list[str]:
+    """Each target's name, its zoo bug kind, its description: wrapped to `width` between words."""
+    lines = []
+    for t in targets:
+        text = f"{t.name}{f' [{t.bug}]' if t.bug else ''}: {t.description}"
+        lines += textwrap.wrap(text, width=width, subsequent_indent="  ", break_long_words=False,
+                               break_on_hyphens=False)
+    return lines
 
 
 def _check_signatures(targets) -> None:
@@ -388,8 +470,9 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     from mambafuzz.kernels import registry
     from .targets import resolve
 
-    if smoke:
-        targets = [t for t in registry.all_targets() if t.kind in ("correct", "torch") and device in t.devices]
+    if smoke:  # the quick torch paths first: the time they leave of --time goes to the kernels after them
+        targets = sorted((t for t in registry.all_targets() if t.kind in ("correct", "torch") and device in t.devices),
+                         key=lambda t: t.kind != "torch")
     else:
         targets = resolve(args.target, contract=args.contract, overlap=args.overlap)
     _check_signatures(targets)
@@ -400,6 +483,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
                            isolate=isolate)
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
     code = outcome.exit_code([r.status for r in reports], interrupted)
+    interrupt.hold()  # the verdict is decided: no signal changes it now
     if args.json:
         _emit(_report_json(args.command, device, opts.mode, interrupted, code,
                            targets=[r.to_json() for r in reports]))
@@ -411,15 +495,34 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     if interrupted:
         print("interrupted: every failure seen so far is saved")
     counts = {s: sum(r.status == s for r in reports) for s in ("finding", "inconclusive")}
-    print(f"{len(reports)} target(s), {sum(r.examples for r in reports)} examples, {counts['finding']} finding(s), "
-          f"{counts['inconclusive']} inconclusive; exit {code}")
+    declined = sum(r.tally.rejected for r in reports)  # cases the targets rejected (mambafuzz.reject)
+    summary = (f"{len(reports)} target(s), {sum(r.examples for r in reports)} examples"
+               + (f" ({declined} rejected)" if declined else "")
+               + f", {counts['finding']} finding(s), {counts['inconclusive']} inconclusive; exit {code}")
+    print("\n".join(textwrap.wrap(summary, width=80, subsequent_indent="  ")))
     return code
 
 
+def _zoo_caught(report, kinds: tuple[str, ...] | None) -> bool:
+    """A finding of one of `kinds` (None: of any kind)."""
+    f = report.finding
+    return f is not None and (kinds is None or f.verdict.kind in kinds)
+
+
+def _zoo_escape_lines(report, kinds: tuple[str, ...], device: str, width: int = 80) -> list[str]:
+    """Why a zoo row with a finding still escaped: its kind is not how the bug shows on `device`."""
+    verdict = report.finding.verdict
+    why = (verdict.summary().splitlines() or [""])[0]
+    text = (f"ESCAPED {report.target}: a finding of kind {verdict.kind}, but on {device} this bug "
+            f"is caught as {' or '.join(kinds)} ({why})")
+    return textwrap.wrap(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
+
+
 def cmd_zoo(args) -> int:
-    """Every zoo variant must be caught: exit 1 if one escapes (ran clean), 3 if one could not be checked."""
+    """Every zoo variant must be caught, by a kind its row declares: exit 1 if one escapes (ran clean,
+    or its finding is of another kind), 3 if one could not be checked."""
     device = device_mod.select(args.device)
-    from mambafuzz.kernels import registry
+    from mambafuzz.kernels import registry, zoo
     from .targets import resolve
 
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
@@ -428,12 +531,16 @@ def cmd_zoo(args) -> int:
     reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
                            isolate=bool(args.isolate))
     by_name = {t.name: t for t in targets}
-    rows = []
+    rows, expected = [], {}
     for r in reports:
         t = by_name.get(r.target)
+        # a zoo row is caught only by the kinds it declares for this device; any finding for another target
+        expected[r.target] = zoo.entry(t.zoo_id).caught_as(device) if t and t.zoo_id else None
         rows.append({**r.to_json(), "zoo_id": t.zoo_id if t else None, "bug": t.bug if t else None,
-                     "caught": r.finding is not None})
-    escaped = [r.target for r in reports if r.status == "clean"]
+                     "caught": _zoo_caught(r, expected[r.target]),
+                     "caught_as": list(expected[r.target]) if expected[r.target] else None})
+    escaped = [r.target for r, row in zip(reports, rows) if r.status == "clean"
+               or (r.finding is not None and not row["caught"])]
     unchecked = [r.target for r in reports if r.status == "inconclusive"]
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
     all_caught = all(row["caught"] for row in rows) and len(rows) == len(targets)
@@ -446,25 +553,39 @@ def cmd_zoo(args) -> int:
     if args.json:
         _emit(_report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
         return code
+    from rich.table import Table
+
     table = Table(title="bug zoo")
     for col in ("variant", "caught", "by", "1st failure"):
         table.add_column(col, overflow="fold")
-    for r in reports:
+    for r, row in zip(reports, rows):
         f = r.finding
-        caught = {"finding": "[green]caught[/]", "clean": "[red]ESCAPED[/]"}.get(r.status, f"[yellow]{r.status}[/]")
+        caught = ("[green]caught[/]" if row["caught"] else "[red]ESCAPED[/]" if r.target in escaped
+                  else f"[yellow]{r.status}[/]")
+        by = f.verdict.kind if f else ""
+        if f and not row["caught"]:
+            by += f", not {' or '.join(expected[r.target])}"
         first = f"{round(f.seconds_to_first, 2)}s, ex {f.examples_to_first}" if f else ""
-        table.add_row(r.target, caught, f.verdict.kind if f else "", first)
+        table.add_row(r.target, caught, by, first)
     out.print(table)
-    for r in reports:
-        if r.finding:
-            print(f"{r.target}: {r.finding.case.describe()}")
+    for r, row in zip(reports, rows):
+        if r.finding and not row["caught"]:
+            for line in _zoo_escape_lines(r, expected[r.target], device):
+                print(line)
+        elif r.finding:
+            text = (f"{r.target}: {r.finding.case.describe()}"
+                    + (f" (may not be minimal: {r.finding.not_minimal})" if r.finding.not_minimal else ""))
+            for line in textwrap.wrap(text, width=80, subsequent_indent="  ", break_on_hyphens=False):
+                print(line)
         elif r.why:
             print(f"{r.target}: {r.status}: {r.why}")
     _print_coverage([r for r in reports if r.finding is None])  # what an escaped variant was tried on
     for line in short_share_lines(reports):
         print(line)
+    named = [f"{r.target} ({r.finding.verdict.kind})" if r.finding else r.target
+             for r in reports if r.target in escaped]
     print(f"{sum(row['caught'] for row in rows)} of {len(targets)} zoo variants caught"
-          + (f"; escaped: {', '.join(escaped)}" if escaped else "")
+          + (f"; escaped: {', '.join(named)}" if escaped else "")
           + (f"; not checked: {', '.join(unchecked)}" if unchecked else "") + f"; exit {code}")
     return code
 
@@ -500,7 +621,7 @@ def cmd_replay(args) -> int:
                 against = Against(resolve_one(args.against, contract="").name)
     except UsageError as exc:
         if args.json:  # still JSON: every file found could not run, for this one reason
-            _emit(_report_json("replay", args.device, args.mode, False, EXIT_USAGE,
+            _emit(_report_json("replay", args.device, args.mode, False, EXIT_USAGE, error=str(exc),
                                files=[ReplayRow(f, args.against or "?", COULD_NOT_RUN, reason=str(exc)).to_json()
                                       for f in files]))
         raise
@@ -510,20 +631,44 @@ def cmd_replay(args) -> int:
             reason = r.reason if str(r.path) in r.reason else f"{r.path}: {r.reason}"
             err.print(f"mambafuzz: error: {reason}", highlight=False)
     code = exit_code(rows)
+    interrupt.hold()  # the verdict is decided: no signal changes it now
     if args.json:
         mode = args.mode or (None if device == "cpu" else "compare")  # None: each file's recorded mode
         _emit(_report_json("replay", device, mode, interrupt.requested(), code, files=[r.to_json() for r in rows]))
     else:
-        table = Table(title=f"replay ({device})")
-        for col in ("crash file", "target", "status", "k/N", "detail"):
-            table.add_column(col, overflow="fold")
-        for r in rows:
-            style = {"still failing": "red", "fixed": "green"}.get(r.status, "yellow")
-            kn = f"{r.verdict.failures}/{r.verdict.reps}" if r.verdict else ""
-            detail = r.reason or (r.verdict.summary() if r.verdict else "")
-            table.add_row(str(r.path), r.target, f"[{style}]{r.status}[/]", kn, detail)
-        out.print(table)
+        out.print(_replay_table(rows, device))
+        for line in replay_lines(rows):
+            print(line)
     return code
+
+
+def _replay_table(rows, device: str):
+    """Short cells only, kept whole (a target name folds only when it alone is wider than the
+    table); each file's path and detail follow as plain lines (``replay_lines``)."""
+    from rich.table import Table
+
+    table = Table(title=f"replay ({device})")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("target", no_wrap=True, overflow="fold")
+    for col in ("status", "k/N"):
+        table.add_column(col, no_wrap=True)
+    for i, r in enumerate(rows, 1):
+        style = {"still failing": "red", "fixed": "green"}.get(r.status, "yellow")
+        table.add_row(str(i), r.target, f"[{style}]{r.status}[/]", r.rate())
+    return table
+
+
+def replay_lines(rows, width: int = 80) -> list[str]:
+    """Per file, numbered as in the table: its path whole on a line of its own, then its detail
+    wrapped to `width` between words (a path or source line in it stays whole)."""
+    lines = []
+    for i, r in enumerate(rows, 1):
+        lines.append(f"{i} {r.path}")
+        detail = r.detail()
+        if detail:
+            lines += textwrap.wrap(detail, width=width, initial_indent="  ", subsequent_indent="  ",
+                                   break_long_words=False, break_on_hyphens=False)
+    return lines
 
 
 def cmd_report(args) -> int:
@@ -550,6 +695,7 @@ COMMANDS = {"list": cmd_list, "fuzz": cmd_fuzz, "smoke": lambda a: cmd_fuzz(a, s
 
 
 _DOCUMENT = [None]  # where --json's one document goes: the process's stdout as it was at the start
+_EMITTED = [False]  # whether this run's document is out (main adds one for an error only when not)
 
 
 def _emit(text: str) -> None:
@@ -557,6 +703,13 @@ def _emit(text: str) -> None:
     stream = _DOCUMENT[0] or sys.stdout
     stream.write(text + "\n")
     stream.flush()
+    _EMITTED[0] = True
+
+
+def _error_json(command: str | None, device: str | None, message: str, code: int) -> str:
+    """The one document of a --json run that failed before it had one: the error and the exit code."""
+    body = {"files": []} if command == "replay" else {"targets": []}
+    return _report_json(command, device, None, code == EXIT_INTERRUPTED, code, error=message, **body)
 
 
 @contextlib.contextmanager
@@ -589,18 +742,42 @@ def _stdout_to_stderr(active: bool):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; its exit code.  With --json stdout is one document, an error's too.
+
+    Run as the program (`argv` None), the exit code stands once the verdict is
+    out: SIGINT and SIGTERM are ignored from then until the process exits
+    (``interrupt.hold``).  Called with `argv` (tests, scripts), the caller's
+    signal handlers are back when it returns.
+    """
+    program = argv is None
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    options = argv[:argv.index("--")] if "--" in argv else argv
+    json_out = "--json" in options
+    command = options[0] if options and options[0] in COMMANDS else None
+    _EMITTED[0] = False
     interrupt.reset()
     interrupt.install()  # SIGINT/SIGTERM: finish the current example, report, keep what was found
+    args = message = None
     try:
-        with _stdout_to_stderr(bool(getattr(args, "json", False))):
-            return COMMANDS[args.command](args)
+        args = build_parser().parse_args(argv)
+        with _stdout_to_stderr(json_out):
+            code = COMMANDS[args.command](args)
+    except BadUsage as exc:  # argparse's: printed already
+        code, message = EXIT_USAGE, exc.message
     except UsageError as exc:
         err.print(f"mambafuzz: error: {exc}", highlight=False, markup=False)  # "mambafuzz[report]" is no tag
-        return EXIT_USAGE
+        code, message = EXIT_USAGE, str(exc)
     except KeyboardInterrupt:  # a second signal: stop now
         err.print("mambafuzz: interrupted", highlight=False)
-        return EXIT_INTERRUPTED
+        code, message = EXIT_INTERRUPTED, "interrupted: a second signal stopped the run at once"
+    finally:
+        if program:
+            interrupt.hold()
+        else:
+            interrupt.uninstall()
+    if json_out and message is not None and not _EMITTED[0]:
+        _emit(_error_json(command, getattr(args, "device", None), message, code))
+    return code
 
 
 if __name__ == "__main__":

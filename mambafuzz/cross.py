@@ -12,7 +12,7 @@ it too, and the finding carries both rates.
 
 The child answers with one line, ``MARKER`` + JSON, on stdout (a user's kernel
 may print too).  It is ``unavailable`` (never a verdict against the kernel)
-when the interpreter cannot run it (Triton 3.5/3.6 and loaded loop bounds),
+when the interpreter cannot run it (inline PTX, ``blame.KNOWN_LIMITS``),
 when the target cannot be imported in a fresh process, or when the child dies
 or outlives its time.
 """
@@ -108,11 +108,14 @@ def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float =
 
 
 def _same_failure(first, verdict) -> bool:
-    """Shrinking on the CPU keeps the kind of evidence: a hazard stays a hazard, wrong bytes stay wrong."""
+    """Shrinking on the CPU keeps the kind of evidence: a hazard stays a hazard (one that can change
+    bytes stays one: ``reduce.same_value_only``), wrong bytes stay wrong."""
+    from .reduce import same_value_only
+
     if not verdict.failed:
         return False
     if first.hazards:
-        return bool(verdict.hazards)
+        return bool(verdict.hazards) and (same_value_only(first) or not same_value_only(verdict))
     return verdict.kind == first.kind
 
 
@@ -121,7 +124,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
     from . import device
     from .cases import case_from_json
     from .engine import run_case
-    from .errors import CaseError, Inconclusive, InternalError, UsageError
+    from .errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
     from .reduce import reduce_case
     from .targets import resolve_one
 
@@ -133,7 +136,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
         first = run_case(target.fn, case, "cpu", mode="race")
     except (UsageError, CaseError) as exc:
         return Witness(UNAVAILABLE, why=f"cannot run it on the CPU: {exc}")
-    except (Inconclusive, InternalError) as exc:
+    except (Inconclusive, InternalError, Rejected) as exc:  # Rejected: the target declines it on the CPU
         return Witness(UNAVAILABLE, why=str(exc).splitlines()[0])
     if not first.failed:
         return Witness(NOT_WITNESSED, summary=first.summary(), verdict=first.to_json())
@@ -143,7 +146,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
     def still_fails(smaller) -> bool:
         try:
             verdict = run_case(target.fn, smaller, "cpu", mode="race")
-        except (CaseError, Inconclusive, InternalError):
+        except (CaseError, Inconclusive, InternalError, Rejected):
             return False
         if _same_failure(first, verdict):
             best["verdict"] = verdict

@@ -3,12 +3,15 @@
 Compare mode checks every repetition's bytes against the oracle.  Race mode
 (the CPU default) additionally runs the first repetition under the race
 recorder: a hazard is a failure even when the bytes came out right, which they
-always do in Triton's interpreter.
+always do in Triton's interpreter.  On the CPU the recorder's bounds fence
+runs in both modes: an access outside every live region is kind ``oob``.
 
 An exception from the target is judged by ``blame.classify``: the kernel's or
 the user's own (a finding of kind ``exception``), Triton's interpreter's
 (``Inconclusive``: nothing was checked) or mambafuzz's (``InternalError``).
-On ``cuda`` a CUDA error is a ``fault`` (the context is lost with it).
+On ``cuda`` a CUDA error is a ``fault`` (the context is lost with it).  A
+target that declines the case (``mambafuzz.reject``) is never judged:
+``run_case`` raises its ``Rejected``.
 
 A case with ``perturb`` runs an amplifiable target (``fn.amplifiable``, set by
 the registry for the project's Triton kernels and zoo variants) with
@@ -24,14 +27,16 @@ from typing import Any
 
 from . import blame
 from .cases import Case
-from .errors import CaseError, Inconclusive, InternalError
+from .errors import CaseError, Inconclusive, InternalError, Rejected, rejection
 from .materialize import Materialized, Mismatch, materialize
 from .stats import rate_upper_bound
 
 MODES = ("compare", "race")
 # What a failure is, the same word in tables, JSON reports and crash files: wrong bytes, a recorded
-# hazard, the target raised, a CUDA fault, the process died, the process stopped answering.
-KINDS = ("mismatch", "race", "exception", "fault", "crash", "hang")
+# hazard, the target raised, Triton could not compile the kernel for this input, a CUDA fault, the
+# process died, the process stopped answering.
+KINDS = ("mismatch", "race", "oob", "exception", "compile", "fault", "crash", "hang")
+OUT_OF_BOUNDS = "out-of-bounds"  # the hazard kind of the recorder's bounds fence: verdict kind "oob"
 FAULT_KINDS = ("fault", "crash", "hang")  # the process or its CUDA context is gone: replay in a child
 
 
@@ -68,22 +73,27 @@ class Verdict:
     hazards: list[Any] = field(default_factory=list)
     fault: str | None = None        # the process or CUDA context is gone: what happened, one line
     exception: str | None = None    # the kernel or the user's function raised (blame.KERNEL)
+    compile: str | None = None      # Triton could not compile the kernel for this input (blame.COMPILE)
     fault_kind: str = "fault"       # with `fault`: fault (CUDA), crash (the process died) or hang
     instrumented: dict | None = None  # a user kernel's perturbed launches (instrument.LaunchRecord JSON)
 
     @property
     def failed(self) -> bool:
-        return bool(self.failures or self.hazards or self.fault or self.exception)
+        return bool(self.failures or self.hazards or self.fault or self.exception or self.compile)
 
     @property
     def kind(self) -> str | None:
         """One of KINDS, or None when nothing failed."""
         if self.fault:
             return self.fault_kind
+        if self.compile:
+            return "compile"
         if self.exception:
             return "exception"
         if self.hazards:
-            return "race"
+            # an access outside every live region (the fence stopped the kernel there) wins over races of
+            # the launches before it: it is what would fault or corrupt memory on a GPU
+            return "oob" if any(h.kind == OUT_OF_BOUNDS for h in self.hazards) else "race"
         if self.failures:
             return "mismatch"
         return None
@@ -95,6 +105,8 @@ class Verdict:
     def summary(self) -> str:
         if self.fault:
             return f"{self.fault_kind}: {self.fault}"
+        if self.compile:
+            return f"compile: {self.compile}"
         if self.exception:
             return f"exception: {self.exception}"
         parts = []
@@ -115,6 +127,7 @@ class Verdict:
                 "mismatch": self.mismatch.to_json() if self.mismatch else None,
                 "hazards": [h.to_json() for h in self.hazards], "fault": self.fault,
                 "exception": self.exception,
+                **({"compile": self.compile} if self.compile else {}),
                 **({"instrumented": self.instrumented} if self.instrumented else {})}
 
     @classmethod
@@ -134,7 +147,7 @@ class Verdict:
             verdict = cls(**counts, mode=body["mode"],
                           mismatch=Mismatch.from_json(mismatch) if mismatch else None,
                           hazards=[SavedHazard(dict(h)) for h in body.get("hazards") or []],
-                          fault=body.get("fault"), exception=body.get("exception"),
+                          fault=body.get("fault"), exception=body.get("exception"), compile=body.get("compile"),
                           fault_kind=kind if kind in FAULT_KINDS else "fault",
                           instrumented=body.get("instrumented") if isinstance(body.get("instrumented"), dict)
                           else None)
@@ -142,7 +155,7 @@ class Verdict:
             raise ValueError(f"missing {exc}") from None
         except (TypeError, AttributeError) as exc:
             raise ValueError(str(exc)) from None
-        if verdict.kind != kind:
+        if verdict.kind != kind and (kind, verdict.kind) != ("race", "oob"):  # before oob was a kind
             raise ValueError(f"'kind' is {kind!r} but its evidence says {verdict.kind!r}")
         return verdict
 
@@ -166,9 +179,19 @@ def _judge_exception(verdict: Verdict, exc: Exception, device: str) -> None:
             raise Inconclusive(who.message) from exc
         if who.who == blame.MAMBAFUZZ:
             raise InternalError(who.message, who.traceback) from exc
-        verdict.exception = who.message
+        if who.who == blame.COMPILE:
+            verdict.compile = who.message
+        else:
+            verdict.exception = who.message
     verdict.reps += 1
     verdict.failures += 1
+
+
+def _declined(exc: Exception) -> None:
+    """Raise the target's Rejected (``mambafuzz.reject``) if `exc` is or wraps one: never judged."""
+    declined = rejection(exc)
+    if declined is not None:
+        raise declined from None
 
 
 def _ours(step: str, exc: Exception) -> InternalError:
@@ -176,9 +199,15 @@ def _ours(step: str, exc: Exception) -> InternalError:
     return InternalError(f"internal error in mambafuzz while {step}: {type(exc).__name__}: {exc}", text)
 
 
-def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None) -> list[Any]:
+def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None,
+              interpreted: bool = False) -> list[Any]:
     if recorder is None:
-        m.run(fn, amplifiable)
+        if interpreted:  # unrecorded CPU repetitions: the recorder's interpreter adapters alone
+            from .racecheck.hooks import interpreter_adapters
+            with interpreter_adapters():
+                m.run(fn, amplifiable)
+        else:
+            m.run(fn, amplifiable)
         return []
     with recorder as rec:
         for name, tensor in m.tensors().items():
@@ -208,6 +237,7 @@ def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", ampli
         verdict.reps, verdict.failures = res.reps, res.failures
         verdict.mismatch = failing_mismatch(m, fn, res, amplifiable=amplifiable, end=end)
     except Exception as exc:  # judged like any other target exception
+        _declined(exc)
         _judge_exception(verdict, exc, "cuda")
     return verdict
 
@@ -220,7 +250,8 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     Past `end` (``time.monotonic()``) no further repetition starts, the first
     always runs: a kernel slow enough to outlast a run's ``--time`` in a batch
     of repetitions then costs one repetition past it, not the batch.
-    Raises CaseError (the case cannot be checked), Inconclusive or InternalError;
+    Raises CaseError (the case cannot be checked), Rejected (the target declined
+    it: ``mambafuzz.reject``), Inconclusive or InternalError;
     any other exception outside the target's own call is mambafuzz's, made an
     InternalError here.
     """
@@ -228,7 +259,7 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
         raise ValueError(f"unknown check mode {mode!r}")
     try:
         return _run_case(fn, case, device, reps, mode, amplifiable, end)
-    except (CaseError, Inconclusive, InternalError):
+    except (CaseError, Rejected, Inconclusive, InternalError):
         raise
     except Exception as exc:
         raise _ours("running the case", exc) from exc
@@ -260,15 +291,19 @@ def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable:
         if rep:
             m.restore()
         try:
-            hazards = _run_once(m, fn, recorder, amplifiable)
+            hazards = _run_once(m, fn, recorder, amplifiable, interpreted=device == "cpu")
             if device == "cuda":
                 import torch
                 torch.cuda.synchronize()
         except Exception as exc:
+            _declined(exc)
             _judge_exception(verdict, exc, device)
+            if mode == "race" and recorder is not None and recorder.out_of_bounds is not None:
+                # the fence stopped the kernel; races of the launches before it are evidence too
+                verdict.hazards.extend(h for h in recorder.hazards if h.kind != OUT_OF_BOUNDS)
             return verdict
         if mode != "race":
-            hazards = [h for h in hazards if h.kind == "out-of-bounds"]
+            hazards = [h for h in hazards if h.kind == OUT_OF_BOUNDS]
         verdict.hazards.extend(hazards)
         verdict.reps += 1
         mismatch = m.compare()

@@ -6,6 +6,7 @@
 - ``InternalError``: mambafuzz's own code failed; never a finding against the
   kernel; its traceback goes to a file; exit 3.
 - ``Failure``: ``mambafuzz.check`` found the kernel wrong (a finding); exit 1.
+- ``Rejected``: the target declines a case (``mambafuzz.reject``); counted, never a finding.
 """
 
 
@@ -57,3 +58,29 @@ class Failure(MambafuzzError, AssertionError):
         self.verdict = finding.verdict if finding is not None else None
         self.summary = finding.verdict.summary() if finding is not None else message
         self.path = finding.path if finding is not None else None
+
+
+class Rejected(MambafuzzError):
+    """The target declines an input it does not support (``mambafuzz.reject(why)``, or raise it).
+
+    Not a finding and not evidence: the example is counted as rejected, with
+    its reason, and Hypothesis draws another.  ``reason`` is the target's words
+    on one line; ``str()`` says who rejected the case.  Recognised wherever the
+    target's call raises it (the adapter, a launcher, the interpreted kernel).
+    """
+
+    def __init__(self, reason: str = ""):
+        self.reason = " ".join(str(reason).split())[:200] or "no reason given"
+        super().__init__(f"the target rejected the case: {self.reason}")
+
+
+def rejection(exc: BaseException | None) -> Rejected | None:
+    """The ``Rejected`` that `exc` is or was raised from (Triton's interpreter re-raises what a kernel
+    raised as ``InterpreterError(...) from e``), or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, Rejected):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return None

@@ -50,6 +50,7 @@ BUCKETS: dict[str, tuple[str, ...]] = {
     "layout": ("sd", "ds", "temporal", "layer-major", "slot-major"),
     "padding": ("none", "block", "row", "slot", "layer"),
     "past_2gib": ("no", "yes"),
+    "past_2gib_by": ("none", "layer", "slot", "block", "element"),
     "rows": tuple(label for _, label in COUNT_EDGES),
     "zero_size": ("no", "yes"),
     "tiles": tuple(label for _, label in COUNT_EDGES),
@@ -62,7 +63,7 @@ BUCKETS: dict[str, tuple[str, ...]] = {
     "num_warps": ("default", "1", "2", "4", "8", "16"),
     "delay_ns": ("0", "500", "2000", "8000"),
     "reps": tuple(label for _, label in REPS_EDGES),
-    "verdict": ("pass", "mismatch", "race", "exception", "fault", "crash", "hang"),
+    "verdict": ("pass", "mismatch", "race", "oob", "exception", "compile", "fault", "crash", "hang"),
 }
 RACE_AXES = ("shift", "size", "num_warps", "delay_ns")
 # the race map's (shift, size) of an example ride along with its features under these names (not counted,
@@ -215,6 +216,7 @@ def pool_features(case) -> dict[str, str]:
            "layout": joined("layout", [_KIND_LABEL.get(p.kind, p.kind) for p in case.pools]),
            "padding": joined("padding", padding or ["none"]),
            "past_2gib": "yes" if _pools_past_2gib(case) else "no",
+           "past_2gib_by": joined("past_2gib_by", _pool_terms(case)),
            "tiles": bucket(case.num_tiles, COUNT_EDGES)}
     if case.contract == "postprocess":
         from .oracle import decide
@@ -224,6 +226,27 @@ def pool_features(case) -> dict[str, str]:
         out["decision"] = joined("decision", ["self-skip" if d.self_copy_skip[r] else "copy" if d.do_copy[r]
                                               else "no-copy" for r in range(len(d))])
     return out
+
+
+def _pool_terms(case) -> list[str]:
+    """Which address term of a block some copying request reads or writes reaches 2 GiB: block (block
+    id x block stride), element (the block's offset below 2 GiB, one of its elements' at or past it)."""
+    terms = set()
+    tables = case.block_tables
+    for r, src_col, dst_col, bias in _pool_requests(case):
+        for pool in case.pools:
+            if not 0 <= pool.group < len(tables) or r >= len(tables[pool.group]):
+                continue
+            row = tables[pool.group][r]
+            for col in (src_col, src_col + (0 if pool.is_conv else bias), dst_col):
+                if not 0 <= col < len(row):
+                    continue
+                start = row[col] * pool.block_stride
+                if start >= HUGE:
+                    terms.add("block")
+                elif start + pool.data_bytes - pool.elem_size >= HUGE:
+                    terms.add("element")
+    return sorted(terms) or ["none"]
 
 
 def _pools_past_2gib(case) -> bool:
@@ -289,11 +312,22 @@ def _slot_align(buf, slot: int) -> str:
     return align_label(offset)
 
 
+def _slot_terms(buf, top: int) -> list[str]:
+    """Which address term of a copied element of `buf` (named slots up to `top`) reaches 2 GiB: layer
+    (layer x layer stride), slot (slot x slot stride), element (its whole offset from the buffer's
+    base, when neither term alone does)."""
+    layer, slot = (buf.layers - 1) * buf.layer_stride, top * buf.slot_stride
+    terms = [name for name, offset in (("layer", layer), ("slot", slot)) if offset >= HUGE]
+    if not terms and layer + slot + buf.slot_bytes - buf.elem_size >= HUGE:
+        terms.append("element")
+    return terms
+
+
 def slot_features(case) -> dict[str, str]:
     src, children = case.src_idx, case.children
     chains = _chain_labels(src, children)
     padding, layout, src_al, dst_al = set(), [], [], []
-    past = False
+    past, terms = False, []
     named = set(src) | {d for row in children for d in row}
     for buf in case.buffers:
         major = "layer-major" if buf.layer_major else "slot-major"
@@ -311,13 +345,15 @@ def slot_features(case) -> dict[str, str]:
         if named:
             top = max(named)
             past |= buf.offset + (buf.layers - 1) * buf.layer_stride + top * buf.slot_stride + buf.slot_bytes > HUGE
+            terms += _slot_terms(buf, top)
     pieces = [(s in row, 0, b.slot_bytes) for s, row in zip(src, children) for b in case.buffers]
     out = {"overlap": joined("overlap", ["same" if over else "none" for over, _, _ in pieces] or ["none"]),
            **_shift_size(pieces), "chains": joined("chains", chains), "src_align": joined("src_align", src_al),
            "dst_align": joined("dst_align", dst_al),
            "elem": joined("elem", [str(b.elem_size) for b in case.buffers]), "layout": joined("layout", layout),
            "padding": joined("padding", padding or ["none"]), "past_2gib": "yes" if past else "no",
-           "index_dtype": case.index_dtype, "rows": bucket(len(src), COUNT_EDGES)}
+           "past_2gib_by": joined("past_2gib_by", terms or ["none"]), "index_dtype": case.index_dtype,
+           "rows": bucket(len(src), COUNT_EDGES)}
     if case.contract == "slot_fork":
         out["fanout"] = bucket(max((len(row) for row in children), default=0), COUNT_EDGES)
     return out
@@ -391,6 +427,7 @@ def expected_features(contract: str, *, amplify: bool = False, options: dict | N
                "layout": kinds, "elem": ("1", "2", "4", "8"),
                "padding": ("none", "block") + (("row",) if "ds" in kinds else ()),
                "src_align": ("1", "2", "4", "8", ">=16"), "dst_align": ("1", "2", "4", "8", ">=16")}
+        out["past_2gib_by"] = ("none", "block", "element")
         if contract == "state_copy":
             out["past_2gib"] = ("no", "yes")
             if options.get("tiles") in (None, "drawn"):
@@ -403,7 +440,8 @@ def expected_features(contract: str, *, amplify: bool = False, options: dict | N
         out = {"chains": ("none", "self", "chain", "swap") if chains == "allowed" else ("none",),
                "overlap": ("none", "same") if chains == "allowed" else ("none",),
                "layout": ("layer-major", "slot-major"), "elem": ("1", "2", "4", "8"),
-               "padding": ("none", "slot", "layer"), "past_2gib": ("no", "yes"), "index_dtype": ("int32", "int64")}
+               "padding": ("none", "slot", "layer"), "past_2gib": ("no", "yes"),
+               "past_2gib_by": ("none", "layer", "slot", "element"), "index_dtype": ("int32", "int64")}
         if contract == "slot_fork":
             out["fanout"] = ("1", "2-3", "4-15")
     if amplify:
@@ -415,6 +453,8 @@ def expected_features(contract: str, *, amplify: bool = False, options: dict | N
 
 # ---------------------------------------------------------------- counting
 TIMELINE_POINTS = 400   # at most this many (seconds, examples) samples per target; thinned by halves
+REJECTION_REASONS = 20  # distinct reasons a target gave for rejecting cases; the rest are counted as one
+OTHER_REASONS = "(other reasons)"
 
 
 class Tally:
@@ -427,6 +467,7 @@ class Tally:
         self.race = False                       # bin repetitions into the race map (cuda or perturbed)
         self.cells: dict[tuple, list[int]] = {}  # (shift, size, num_warps, delay_ns) -> [reps, failed reps]
         self.timeline: list[list[float]] = []   # [seconds since the target started, examples so far]
+        self.rejections: dict[str, int] = {}    # why the target rejected drawn cases (mambafuzz.reject) -> count
         self._latest: list[float] | None = None
         self._step = 1.0
 
@@ -451,6 +492,20 @@ class Tally:
                 counts[label] = counts.get(label, 0) + 1
         self._sample(seconds)
         return feats
+
+    def reject(self, reason: str, n: int = 1) -> None:
+        """Count `n` drawn cases the target rejected for `reason` (not valid examples: no coverage)."""
+        if reason not in self.rejections and len(self.rejections) >= REJECTION_REASONS:
+            reason = OTHER_REASONS
+        self.rejections[reason] = self.rejections.get(reason, 0) + n
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.rejections.values())
+
+    def reasons(self) -> list[tuple[str, int]]:
+        """(reason, count) of the target's rejections, most first."""
+        return sorted(self.rejections.items(), key=lambda kv: (-kv[1], kv[0]))
 
     def add_rates(self, case, verdict) -> None:
         """A shrinking candidate's repetitions, into the race map only: it was not drawn, so the coverage
@@ -515,7 +570,8 @@ class Tally:
         if self.race or self.cells:
             race_map = {"axes": list(RACE_AXES),
                         "cells": [[*key, reps, failed] for key, (reps, failed) in sorted(self.cells.items())]}
-        return {"coverage": coverage, "race_map": race_map, "timeline": [list(p) for p in self.points()]}
+        return {"coverage": coverage, "race_map": race_map, "timeline": [list(p) for p in self.points()],
+                "rejected_by_target": dict(self.reasons())}
 
     @classmethod
     def from_json(cls, body: dict) -> "Tally":
@@ -532,6 +588,8 @@ class Tally:
             for *key, reps, failed in race_map.get("cells", []):
                 tally.cells[tuple(str(k) for k in key)] = [int(reps), int(failed)]
         tally.timeline = [[float(t), int(n)] for t, n in body.get("timeline") or []]
+        for reason, n in (body.get("rejected_by_target") or {}).items():
+            tally.reject(str(reason), int(n))
         return tally
 
     @classmethod
@@ -550,6 +608,8 @@ class Tally:
                 cell = out.cells.setdefault(key, [0, 0])
                 cell[0] += reps
                 cell[1] += failed
+            for reason, n in t.rejections.items():
+                out.reject(reason, n)
         lines = [t.points() for t in tallies]
         for when in sorted({p[0] for line in lines for p in line}):
             total = sum(max((n for s, n in line if s <= when), default=0) for line in lines)
@@ -571,18 +631,35 @@ def observe(tally: Tally, case, verdict, seconds: float) -> None:
     emit(tally.add(case, verdict, seconds))
 
 
+def observe_rejection(tally: Tally, reason: str) -> None:
+    """The fuzz loop's hook for a case the target rejected: count it, tell Hypothesis why."""
+    tally.reject(reason)
+    emit({"rejected": reason})
+
+
 def summary_lines(target: str, tally: Tally, *, warn: bool = True, width: int = 80) -> list[str]:
     """Plain lines, each at most `width` columns: per feature how many examples drew each bucket; then
-    (with `warn`) the expected buckets never drawn."""
+    (with `warn`) the expected buckets never drawn; then the cases the target rejected, by reason."""
+    rejected = rejection_lines(target, tally, width=width)
     if not tally.examples:
-        return []
+        return rejected
     lines = [f"coverage of {target} ({tally.examples} examples):"]
     body = tally.to_json()["coverage"]["features"]
     for name, counts in body.items():
         lines += pack(f"  {name}: ", [f"{label} {n}" for label, n in counts.items()], ", ", width)
     if warn:
         lines += warning_lines(target, tally, width=width)
-    return lines
+    return lines + rejected
+
+
+def rejection_lines(target: str, tally: Tally, *, width: int = 80) -> list[str]:
+    """How many drawn cases the target rejected (``mambafuzz.reject``), one line per reason, most first."""
+    if not tally.rejections:
+        return []
+    head = textwrap.wrap(f"rejected by {target} ({tally.rejected} drawn cases, not counted as examples):",
+                         width=width, subsequent_indent="    ", break_on_hyphens=False)
+    body = [f"  {n}: {reason}" for reason, n in tally.reasons()]
+    return head + [text if len(text) <= width else text[:width - 3] + "..." for text in body]
 
 
 def warning_lines(target: str, tally: Tally, *, width: int = 80) -> list[str]:

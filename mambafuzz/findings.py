@@ -2,7 +2,9 @@
 
 Layout: ``<root>/<contract>/<target>/<case hash>.json``.  Files are written to a
 temporary name in the same folder, fsynced and renamed into place, so a killed
-writer never leaves a partial file; a finding already on disk is not rewritten.
+writer never leaves a partial file.  A file this run wrote is rewritten as its
+shrink goes on and at its end (``shrink_examples``, ``not_minimal``); one known
+from before the run is never rewritten.
 
 A file records the target's ``overlap`` and, for a user target
 (``module:function``), ``target_path``: the folder its module was imported
@@ -30,6 +32,41 @@ from .errors import CaseError, CrashFileError, UsageError
 
 CRASH_SCHEMA = 1
 _REQUIRED = ("schema", "target", "contract", "device", "mode", "case", "verdict")
+# A recorded hazard: the CPU recorder sees every load and store, so it sees it on every run of the case;
+# a compile error: Triton compiles the same input the same way every time.
+DETERMINISTIC_KINDS = ("race", "oob", "compile")
+SHRINKING = "still shrinking when written"  # not_minimal of a file (or a message) written while it shrinks
+NOT_SHRUNK = "never shrunk (the case as first seen)"  # a finding made outside the fuzz loop (a worker's crash)
+
+
+def deterministic(verdict: Verdict) -> bool:
+    """Whether `verdict` is not a rate: a recorded hazard, or a clean run under the CPU race recorder."""
+    return verdict.kind in DETERMINISTIC_KINDS or (not verdict.failed and verdict.mode == "race")
+
+
+def hazard_at(verdict: Verdict) -> str:
+    """Where the first hazard is, as the kernel lines of its accesses ('copy.py:214 (store) and ...')."""
+    if not verdict.hazards:
+        return "?"
+    body = verdict.hazards[0].to_json()
+    places = []
+    for access in (body.get("first"), body.get("second")):
+        if isinstance(access, dict) and isinstance(access.get("line"), str):
+            m = re.match(r"(.*?:\d+)(:|$)", access["line"])
+            places.append(f"{m.group(1) if m else access['line']} ({access.get('op', '?')})")
+    return " and ".join(places) or "?"
+
+
+def rate_line(verdict: Verdict) -> str:
+    """How it fails, in one line: a recorded hazard by where it is, anything else as k/N."""
+    if verdict.kind == "compile":
+        return "does not compile for this input (deterministic)"
+    if verdict.kind in DETERMINISTIC_KINDS:
+        return f"{verdict.kind} at {hazard_at(verdict)} (deterministic)"
+    if deterministic(verdict):
+        return "no hazard and no wrong byte (the race recorder is deterministic)"
+    bound = "<" if not verdict.failures else "<="
+    return f"{verdict.failures}/{verdict.reps} (rate {bound} {verdict.rate_upper95:.2g} at 95%)"
 
 
 @dataclass
@@ -53,18 +90,32 @@ class Finding:
     path: Path | None = None
     found_rate: list[int] | None = None   # [k, n] of the first failing case (a GPU race: before shrinking)
     witness: dict[str, Any] | None = None  # cross.Witness JSON: the CPU's word on a GPU finding
+    not_minimal: str | None = NOT_SHRUNK  # why the case may not be minimal (None: shrinking ran to its end)
+
+    @property
+    def deterministic(self) -> bool:
+        return self.verdict.kind in DETERMINISTIC_KINDS
 
     def to_json(self) -> dict[str, Any]:
-        """kind, summary, case_hash, case_summary, reps and failures are derived, for readers."""
+        """kind, summary, case_hash, case_summary, reps, failures, deterministic and minimal are derived,
+        for readers."""
         return {"target": self.target, "contract": self.contract, "device": self.device, "mode": self.mode,
                 "kind": self.verdict.kind, "summary": self.verdict.summary(),
                 "case_hash": self.case.content_hash(), "case_summary": self.case.describe(),
                 "case": self.case.to_json(), "reps": self.verdict.reps, "failures": self.verdict.failures,
                 "verdict": self.verdict.to_json(), "examples_to_first": self.examples_to_first,
                 "seconds_to_first": round(self.seconds_to_first, 3), "shrink_examples": self.shrink_examples,
+                "deterministic": self.deterministic, "minimal": self.not_minimal is None,
+                **({"not_minimal": self.not_minimal} if self.not_minimal else {}),
                 "path": str(self.path) if self.path else None,
                 **({"found_rate": list(self.found_rate)} if self.found_rate else {}),
                 **({"witness": self.witness} if self.witness else {})}
+
+    def shrink_line(self) -> str:
+        """How much shrinking the case had, and whether it ran to its end."""
+        if self.not_minimal:
+            return f"may not be minimal: {self.not_minimal} ({self.shrink_examples} shrink examples)"
+        return f"shrunk in {self.shrink_examples} example(s), to the end"
 
     def gpu_lines(self) -> list[str]:
         """A GPU race's two rates (as found, as handed over) and the CPU's witness, one line each."""
@@ -95,7 +146,9 @@ class Finding:
                    seconds_to_first=found.get("seconds_to_first", 0.0),
                    shrink_examples=found.get("shrink_examples", 0),
                    path=path if path is not None else Path(where) if where else None,
-                   found_rate=body.get("found_rate"), witness=body.get("witness"))
+                   found_rate=body.get("found_rate"), witness=body.get("witness"),
+                   not_minimal=body.get("not_minimal") or (None if body.get("minimal", True)
+                                                           else "shrinking stopped before its end"))
 
 
 _FOUND = ("examples_to_first", "seconds_to_first", "shrink_examples")
@@ -165,11 +218,14 @@ def atomic_write_json(path: Path, body: dict[str, Any]) -> None:
         raise
 
 
-def save(finding: Finding, root: Path) -> tuple[Path, bool]:
-    """Write the finding; returns (path, written) where written is False for a known crash."""
+def save(finding: Finding, root: Path, *, replace: bool = False) -> tuple[Path, bool]:
+    """Write the finding; returns (path, written) where written is False for a known crash.
+
+    `replace`: the caller wrote this file itself (its shrink counts have moved on): write it again.
+    """
     path = crash_path(Path(root), finding)
     finding.path = path
-    if path.exists():
+    if path.exists() and not replace:
         return path, False
     try:
         atomic_write_json(path, to_record(finding, path))
@@ -242,6 +298,8 @@ _FIELDS: dict[str, tuple] = {  # field -> (check, what it must be); "case" and "
     "examples_to_first": (_count, "a non-negative integer"),
     "shrink_examples": (_count, "a non-negative integer"),
     "seconds_to_first": _SECONDS,
+    "minimal": ((lambda v: isinstance(v, bool)), "true or false"),
+    "not_minimal": _optional(*_STR),
     "environment": _OBJECT,
     "found_rate": ((lambda v: isinstance(v, list) and len(v) == 2 and all(_count(x) for x in v) and v[0] <= v[1]),
                    "[failures, repetitions]"),

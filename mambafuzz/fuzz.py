@@ -9,7 +9,14 @@ A failure is on disk the moment it is seen (``_Best``), unshrunk; every smaller
 failing case then replaces the file (the new one is written before the old one
 goes), so a signal or a kill at any point leaves the best case so far.  When a
 failure stops reproducing while shrinking (a race that showed 2/100 once), the
-smallest failing case seen is kept with its rate.
+smallest failing case seen is kept with its rate.  The file is rewritten as
+the count of shrink examples moves on and at the end, when it also says
+whether the case is minimal (the last case-level reduction reached a fixpoint)
+or why it may not be (interrupted, a budget ran out).
+
+A case the target rejects (``mambafuzz.reject``) is counted by its reason and
+is not a valid example (Hypothesis draws another); while shrinking it is not a
+failure.  Too few valid examples stay inconclusive.
 
 Every report says why its target stopped (``STOPS``) and what that means
 (``TargetReport.status``); ``outcome.exit_code`` turns statuses into the
@@ -35,10 +42,11 @@ from mambafuzz import strategies
 from . import features, findings, flaky, interrupt
 from .cases import Case
 from .engine import Verdict, run_case
-from .errors import CaseError, Inconclusive, InternalError, UsageError
-from .reduce import reduce_case
+from .errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
+from .reduce import reduce_case, same_value_only
 
 CHUNK = 20
+REWRITE_EVERY = 2.0  # seconds between rewrites of a crash file while its case shrinks (its counts)
 
 # Why a target's run ended.
 STOPS = ("max-examples", "time", "exhausted", "finding", "interrupted", "inconclusive", "internal-error",
@@ -101,8 +109,13 @@ class TargetReport:
             return self.detail
         if self.status == "inconclusive":
             first = f"; first rejection: {self.rejected[0]}" if self.rejected else ""
-            return (f"only {self.examples} valid example(s), {self.min_examples} needed "
-                    f"({len(self.rejected)} drawn case(s) rejected{first})")
+            declined = self.tally.rejected
+            notes = [f"{len(self.rejected)} drawn case(s) rejected{first}"] if self.rejected or not declined else []
+            if declined:  # mambafuzz.reject: the target's own words, the most frequent reason
+                reason, n = self.tally.reasons()[0]
+                more = f", {declined - n} for other reasons" if declined > n else ""
+                notes.append(f"the target rejected {declined}: {reason} ({n}){more}")
+            return f"only {self.examples} valid example(s), {self.min_examples} needed ({'; '.join(notes)})"
         return ""
 
     def to_json(self) -> dict:
@@ -139,7 +152,7 @@ class FuzzOptions:
     max_examples: int = 100
     min_examples: int = 1
     time_budget: float | None = None     # seconds for this target, shrinking included
-    deadline: float | None = None        # absolute (time.time()) end of this target's share
+    deadline: float | None = None        # end of this target's share on time.monotonic() (runner.Deadline)
     shrink_budget: float = 60.0
     seed: int | None = None
     database: ExampleDatabase | str | None = ".mambafuzz/examples"
@@ -242,6 +255,8 @@ class _Best:
         self.own_path: Path | None = None   # a file this run wrote (a known crash's file is never removed)
         self.found_rate: tuple[int, int] | None = None  # k/N of the first failing case
         self.witness = None                 # cross.Witness: the CPU's word on a GPU finding
+        self.not_minimal: str | None = findings.SHRINKING  # why the case may not be minimal (None: it is)
+        self.written_at = 0.0               # when this run's own file was last written (monotonic)
 
     @property
     def p0(self) -> float:
@@ -251,17 +266,26 @@ class _Best:
         return self.found_rate[0] / self.found_rate[1]
 
     def counts(self, verdict: Verdict) -> bool:
-        """Whether `verdict` is the same failure: wrong bytes stay required once seen, so that
-        shrinking never trades a visible corruption for a same-value store no hardware shows."""
+        """Whether `verdict` is the same failure: wrong bytes stay required once seen, and so does a
+        failure that can change bytes (``reduce.same_value_only``), so that shrinking never trades a
+        visible corruption for a same-value store no hardware shows."""
         if not verdict.failed:
             return False
+        if self.verdict is not None and self.verdict.compile is not None:  # a compile error stays one
+            return verdict.compile is not None
+        if self.verdict is not None and self.verdict.kind == "oob":  # an access outside memory stays one
+            return verdict.kind == "oob"
         if self.verdict is not None and self.verdict.mismatch is not None:
             return verdict.mismatch is not None
+        if self.verdict is not None and not same_value_only(self.verdict):
+            return not same_value_only(verdict)
         return True
 
     def keep(self, case: Case, verdict: Verdict) -> None:
-        """Keep (and save) `case` when it is the first failure or smaller than the best so far."""
-        if self.case is not None and case.size > self.case.size:
+        """Keep (and save) `case` when it is the first failure or smaller than the best so far, or the
+        first failure that can change bytes after same-value hazards only (``reduce.same_value_only``)."""
+        upgrade = self.verdict is not None and same_value_only(self.verdict) and not same_value_only(verdict)
+        if self.case is not None and case.size > self.case.size and not upgrade:
             return
         first = self.case is None
         if first:
@@ -280,11 +304,25 @@ class _Best:
             old.unlink(missing_ok=True)  # the smaller case is on disk now
         if written:
             self.own_path = path
+            self.written_at = time.monotonic()
         elif old != path:
             self.own_path = None  # the best case is a crash known from before this run
         self.report.written = self.own_path is not None
         if self.on_finding is not None:
             self.on_finding(finding)
+
+    def rewrite(self, every: float = 0.0) -> None:
+        """Bring this run's own file up to date (shrink count, minimality), at most once per `every` s.
+        A file that cannot be written again keeps what it said when it was written."""
+        if self.own_path is None or self.case is None or time.monotonic() - self.written_at < every:
+            return
+        finding = self.finding()
+        self.report.finding = finding
+        try:
+            findings.save(finding, self.opts.crashes_dir, replace=True)
+        except UsageError:
+            return
+        self.written_at = time.monotonic()
 
     def finding(self) -> findings.Finding:
         return findings.Finding(
@@ -292,7 +330,7 @@ class _Best:
             case=self.case, verdict=self.verdict, examples_to_first=self.first_examples,
             seconds_to_first=self.first_at - self.start, shrink_examples=self.shrinks, path=self.path,
             found_rate=list(self.found_rate) if self.found_rate else None,
-            witness=self.witness.to_json() if self.witness is not None else None)
+            witness=self.witness.to_json() if self.witness is not None else None, not_minimal=self.not_minimal)
 
 
 def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None) -> None:
@@ -334,7 +372,7 @@ def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport, best: _B
     try:
         verdict = _run(target, opts, case, best, until)
         report.tally.add_rates(case, verdict)
-    except CaseError:
+    except (CaseError, Rejected):  # a candidate the target declines is simply not a failure
         return None
     except (Inconclusive, InternalError):
         _note_fault(opts, report, None)
@@ -343,21 +381,41 @@ def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport, best: _B
     return verdict
 
 
-def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> None:
-    """Case-level reduction of the best failure, inside the shrink budget."""
+def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> bool:
+    """Case-level reduction of the best failure, inside the shrink budget; whether it ran to its end
+    (no smaller candidate fails) rather than being cut short."""
     report = best.report
+    cut = [False]
 
     def still_fails(case: Case) -> bool:
         interrupt.check()
+        best.shrinks += 1
+        best.rewrite(every=REWRITE_EVERY)
         verdict = _judge(target, opts, case, report, best, shrink_end)
         if verdict is None or report.context_lost or not best.counts(verdict):
             return False
         best.keep(case, verdict)
         return True
 
-    _, tried = reduce_case(best.case, still_fails,
-                           lambda: time.monotonic() <= shrink_end and not report.context_lost)
-    best.shrinks += tried
+    def budget_ok() -> bool:
+        ok = time.monotonic() <= shrink_end and not report.context_lost
+        cut[0] = cut[0] or not ok
+        return ok
+
+    reduce_case(best.case, still_fails, budget_ok)
+    # a GPU candidate judged by k/N gets fewer batches near the end: past it, "passes" is not sure
+    return not cut[0] and not (opts.flaky and time.monotonic() > shrink_end)
+
+
+def _not_minimal(opts: FuzzOptions, best: _Best, report: TargetReport, end: float | None) -> str:
+    """Why shrinking stopped before its end (the final reduction did not run to a fixpoint)."""
+    if report.interrupted:
+        return "shrinking was interrupted"
+    if report.context_lost:
+        return "a CUDA fault stopped shrinking"
+    if end is not None and end < best.first_at + opts.shrink_budget:
+        return "the run's time ran out"
+    return f"the shrink time ({opts.shrink_budget:g} s) ran out"
 
 
 def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> None:
@@ -409,12 +467,12 @@ def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, until: fl
 
 
 def _end_time(opts: FuzzOptions, start: float) -> float | None:
-    """This target's end on the monotonic clock: its own budget, capped by the session's deadline."""
+    """This target's end on the monotonic clock: its own budget, capped by its share's end."""
     ends = []
     if opts.time_budget:
         ends.append(start + opts.time_budget)
     if opts.deadline is not None:
-        ends.append(start + (opts.deadline - time.time()))
+        ends.append(opts.deadline)
     return min(ends) if ends else None
 
 
@@ -426,7 +484,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
     start = time.monotonic()
     end = _end_time(opts, start)
     if end is not None and end <= start:
-        report.detail = "not run: its share of --time was used up by the targets before it"
+        report.detail = "not run: its share of --time had ended when it was to start"
         report.finished = True
         return report
     strategy = strategies.for_contract(target.contract, profile=opts.profile,
@@ -448,6 +506,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             if time.monotonic() > shrink_end():
                 raise _ShrinkOver()
             best.shrinks += 1
+            best.rewrite(every=REWRITE_EVERY)
         elif end is not None and time.monotonic() > end:
             raise _Stop("time")
         if before_case is not None:
@@ -456,6 +515,9 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             verdict = _run(target, opts, case, best if shrinking else None, shrink_end() if shrinking else end)
         except CaseError as exc:  # the strategy drew something the oracle rejects: our bug, say so
             report.rejected.append(f"{case.describe()}: {exc}")
+            assume(False)
+        except Rejected as exc:  # the target declines it (mambafuzz.reject): not valid, not a failure
+            features.observe_rejection(report.tally, exc.reason)
             assume(False)
         except Inconclusive as exc:
             if shrinking:
@@ -510,16 +572,20 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                 report.stop = "exhausted"  # the strategy is exhausted (or every draw was rejected)
                 break
         if best.case is not None and not report.context_lost:  # again, on what Hypothesis shrank to
-            _reduce(target, opts, best, shrink_end())
-        if best.case is not None and opts.flaky and not report.context_lost:
-            _cross_check(target, opts, best, end)
+            if _reduce(target, opts, best, shrink_end()):
+                best.not_minimal = None
+        if best.case is not None and opts.flaky and not report.context_lost and best.verdict.compile is None:
+            _cross_check(target, opts, best, end)  # a compile error is not a rate: nothing to measure
     except _Stop as stop:
         report.stop, report.detail = stop.stop, stop.detail
     except (interrupt.StopRequested, KeyboardInterrupt):
         report.interrupted = True
         report.stop = "interrupted"
     if best.case is not None:
-        report.finding = best.finding()  # final counts (shrink examples); the file holds this case
+        if best.not_minimal is not None:
+            best.not_minimal = _not_minimal(opts, best, report, end)
+        best.rewrite()
+        report.finding = best.finding()  # final counts (shrink examples, minimal): the file says the same
         if report.stop not in ("interrupted",):
             report.stop = "finding"
     report.seconds = time.monotonic() - start

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from mambafuzz import contracts, oracle
 from mambafuzz.kernels.perturb import Perturb
@@ -136,6 +135,8 @@ class Materialized:
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor a target may touch, by name (the race recorder's regions)."""
+        import torch
+
         named = {"arena": self.arena}
         named.update({k: v for k, v in self.args.items() if isinstance(v, torch.Tensor)})
         return named
@@ -167,6 +168,8 @@ def materialize(case: Case, device: str) -> Materialized:
     GiB) and what the target gets and the oracle expects; this fills, keeps
     the snapshot and puts it on the device.
     """
+    import torch  # here: a crash file's Verdict (engine, findings) loads without torch
+
     contract = contracts.of(case)
     if not 0 < case.arena_size <= contract.max_arena:
         raise CaseError(f"arena size {case.arena_size} is outside 1..{contract.max_arena} bytes")

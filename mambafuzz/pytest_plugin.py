@@ -11,8 +11,9 @@
 
 A ``mambafuzz.Failure`` shows the verdict, the witness, the crash file, the
 ``mambafuzz replay`` command and a ``rerun:`` line (the test's own pytest
-command).  The ``mambafuzz_check`` fixture is ``mambafuzz.check`` for tests
-that prefer a fixture to an import.  Without any option the plugin only sets
+command, with the ``--mambafuzz-*`` options in effect); mambafuzz's frames
+are hidden from the traceback.  The ``mambafuzz_check`` fixture is
+``mambafuzz.check`` for tests that prefer a fixture to an import.  Without any option the plugin only sets
 relative crash and example folders to the rootdir's and adds the rerun line:
 it never chooses a device in a run that did not ask.
 """
@@ -22,6 +23,8 @@ import shlex
 from pathlib import Path
 
 import pytest
+
+_RERUN_OPTIONS = pytest.StashKey[tuple]()  # (environment prefix, options) of the rerun line
 
 
 def _positive_int(text: str) -> int:
@@ -68,8 +71,26 @@ def pytest_configure(config):
     crashes = config.getoption("mambafuzz_crashes", None)
     if crashes:
         ctx["crashes_dir"] = str(Path(crashes).absolute())
+    config.stash[_RERUN_OPTIONS] = _rerun_options(ctx)
     api._CONTEXT.clear()
     api._CONTEXT.update(ctx)
+
+
+def _rerun_options(ctx: dict) -> tuple[str, str]:
+    """The mambafuzz options in effect, as the rerun line must give them again: the device as chosen
+    (MAMBAFUZZ_DEVICE when no option chose it), the counts, the crash folder absolute."""
+    import os
+
+    words = []
+    if ctx.get("device"):
+        words += ["--mambafuzz-device", ctx["device"]]
+    for key, option in (("max_examples", "--mambafuzz-examples"), ("reps", "--mambafuzz-reps"),
+                        ("crashes_dir", "--mambafuzz-crashes")):
+        if ctx.get(key):
+            words += [option, str(ctx[key])]
+    env = os.environ.get("MAMBAFUZZ_DEVICE")
+    prefix = f"MAMBAFUZZ_DEVICE={shlex.quote(env)} " if env and not ctx.get("device") else ""
+    return prefix, " ".join(shlex.quote(w) for w in words)
 
 
 def pytest_unconfigure(config):
@@ -86,7 +107,8 @@ def pytest_runtest_call(item):
     from mambafuzz import api
 
     rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-    api._CONTEXT["rerun"] = f"pytest {shlex.quote(f'{item.path}::{rest}')}"
+    prefix, options = item.config.stash.get(_RERUN_OPTIONS, ("", ""))
+    api._CONTEXT["rerun"] = " ".join(filter(None, (f"{prefix}pytest", shlex.quote(f"{item.path}::{rest}"), options)))
     try:
         yield
     finally:

@@ -15,7 +15,8 @@ canonical fill seed) and the greedy loop.
 ``reduce_case`` is greedy: it takes the first candidate the caller's
 ``still_fails`` accepts and starts again from it.  The caller decides what
 "still fails" means (the fuzz loop asks for wrong bytes again when the
-original failure had them).
+original failure had them, and for a hazard that can change bytes once one
+was seen: ``same_value_only``).
 """
 from __future__ import annotations
 
@@ -42,6 +43,16 @@ def candidates(case: Case) -> Iterator[Case]:
             continue  # a cut that changed nothing (already compact), or one that broke the geometry
         seen.add(smaller)
         yield smaller
+
+
+def same_value_only(verdict) -> bool:
+    """Whether `verdict` failed by hazards alone, each of whose stores wrote the bytes already there
+    (``same_value``): nothing a reader could see change.  Such a failure is weaker evidence than any
+    other, so shrinking never trades another failure for it."""
+    if not verdict.hazards or verdict.failures or verdict.fault or verdict.exception \
+            or getattr(verdict, "compile", None) is not None:
+        return False
+    return all(h.to_json().get("same_value") for h in verdict.hazards)
 
 
 def reduce_case(case: Case, still_fails: Callable[[Case], bool], budget_ok: Callable[[], bool]) -> tuple[Case, int]:

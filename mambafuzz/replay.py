@@ -2,7 +2,9 @@
 
 Each file gets one row, whatever happens to the others:
 
-- ``still failing`` / ``fixed``: the target ran on the saved case;
+- ``still failing`` / ``fixed``: the target ran on the saved case (a recorded
+  hazard, race or oob, and a clean race check are deterministic: shown as the
+  kind and its kernel lines, never as k/N);
 - ``could not run``: bad input -- the file is invalid (the reason names the
   file and the field), its target cannot be imported, or the contracts differ;
 - ``inconclusive``: nothing could be checked (Triton's interpreter cannot run
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from . import findings
 from .engine import FAULT_KINDS, Verdict, run_case
-from .errors import Inconclusive, InternalError, UsageError
+from .errors import Inconclusive, InternalError, Rejected, UsageError
 
 STILL_FAILING, FIXED, COULD_NOT_RUN, INCONCLUSIVE = "still failing", "fixed", "could not run", "inconclusive"
 
@@ -42,8 +44,36 @@ class ReplayRow:
     reason: str = ""
 
     def to_json(self) -> dict:
+        """deterministic and line are derived, for readers."""
         return {"path": str(self.path), "target": self.target, "status": self.status,
-                "verdict": self.verdict.to_json() if self.verdict else None, "reason": self.reason}
+                "verdict": self.verdict.to_json() if self.verdict else None, "reason": self.reason,
+                "deterministic": self.deterministic, "line": self.line()}
+
+    @property
+    def deterministic(self) -> bool:
+        """A recorded hazard, or a clean run under the CPU race recorder: a verdict, not a rate."""
+        return self.verdict is not None and findings.deterministic(self.verdict)
+
+    def rate(self) -> str:
+        """The k/N cell: a recorded hazard's kind (race, oob), 'clean' for a clean race check."""
+        if self.verdict is None:
+            return ""
+        if self.deterministic:
+            return self.verdict.kind or "clean"
+        return f"{self.verdict.failures}/{self.verdict.reps}"
+
+    def detail(self) -> str:
+        """Why it could not run, or the verdict's evidence (a clean race check says it is no rate)."""
+        if self.reason or self.verdict is None:
+            return self.reason
+        return self.verdict.summary() if self.verdict.failed else findings.rate_line(self.verdict)
+
+    def line(self) -> str:
+        """The row's verdict in one line: 'still failing: race at copy.py:214 (store) and ... (deterministic)',
+        'fixed: 0/100 (rate < 0.03 at 95%)'."""
+        if self.verdict is None:
+            return f"{self.status}: {self.reason}"
+        return f"{self.status}: {findings.rate_line(self.verdict)}"
 
     @classmethod
     def from_json(cls, body: dict) -> "ReplayRow":
@@ -104,7 +134,7 @@ def replay_one(record: findings.CrashRecord, *, device: str, reps: int | None, m
                            mode=mode or record.body["mode"])
     except UsageError as exc:  # CaseError too: geometry the oracle rejects
         return ReplayRow(record.path, name, COULD_NOT_RUN, reason=str(exc))
-    except (Inconclusive, InternalError) as exc:
+    except (Inconclusive, InternalError, Rejected) as exc:  # Rejected: the target declines the case now
         return ReplayRow(record.path, name, INCONCLUSIVE, reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - one file's failure must not lose the others' results
         return ReplayRow(record.path, name, INCONCLUSIVE,

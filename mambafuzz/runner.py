@@ -1,24 +1,65 @@
 """Run chosen targets under one time budget: in this process or in worker processes.
 
 The CLI and the session both come here.  ``--time`` is the whole run's budget,
-shrinking included: each target gets an equal share of what is left when it
-starts (in this process, or in each worker), so leftover time flows to the
-targets after it and no target's shrinking eats the shares of those after it
-(a cumulative slice did: a 150 s zoo caught a row early, shrank it for 60 s
-and left four rows no time at all).  A target whose share is gone before it starts
-is reported as not run, never dropped.  A stop signal ends the current
+shrinking included, one ``Deadline`` on the monotonic clock: each target gets an
+equal share of what is left when it starts (in this process, or in each
+worker; ``Deadline.share_end``), so leftover time flows to the targets after it
+and no target's shrinking eats the shares of those after it (a cumulative slice
+did: a 150 s zoo caught a row early, shrank it for 60 s and left four rows no
+time at all).  The clock starts when fuzzing can: start-up (imports, a
+worker's spawn) is not taken from ``--time``.  A target whose turn comes after
+the end is reported as not run, never dropped.  A stop signal ends the current
 example, then every target not reached is reported as interrupted.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from . import interrupt, precompile
 from .fuzz import FuzzOptions, TargetReport, fuzz_target
 
 Update = Callable[[list[TargetReport]], None]
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """``--time`` as one end on ``time.monotonic()``, from the CLI to the GPU batch.
+
+    ``started`` fixes the end when fuzzing can start: in this process when the
+    runner starts, in a session when a worker is ready (each first worker at
+    its own readiness; one started after a crash gets the end the session
+    heard first).  The monotonic clock is the system's (time since boot), the
+    same in every process, so workers receive the end itself.
+    """
+
+    seconds: float | None = None   # --time; None: no limit
+    end: float | None = None       # on time.monotonic(); None until started
+
+    def started(self) -> "Deadline":
+        """This deadline with its end fixed (from now, unless it was fixed already)."""
+        if self.seconds is None or self.end is not None:
+            return self
+        return dataclasses.replace(self, end=time.monotonic() + self.seconds)
+
+    def over(self) -> bool:
+        return self.end is not None and time.monotonic() >= self.end
+
+    def share_end(self, targets_left: int) -> float | None:
+        """The end of the next target's share: an equal part of what is left, over the `targets_left`
+        targets still to run (it included).  None without a limit."""
+        if self.end is None:
+            return None
+        now = time.monotonic()
+        return now + max(0.0, self.end - now) / max(1, targets_left)
+
+    def not_run(self, ran: int) -> str:
+        """Why a target whose turn came after the end is not run: `ran` targets before it ran."""
+        if ran:
+            return f"not run: --time ({self.seconds:g} s) ran out while the {ran} target(s) before it ran"
+        return f"not run: --time ({self.seconds:g} s) ran out before its turn"
 
 
 def _not_reached(target, opts: FuzzOptions, why: str, interrupted: bool) -> TargetReport:
@@ -42,7 +83,7 @@ def _in_process(targets: list, opts: FuzzOptions, total_time: float | None,
                 on_update: Update | None) -> list[TargetReport]:
     on_update = on_update or (lambda reports: None)
     reports: list[TargetReport] = []
-    end = time.time() + total_time if total_time else None
+    deadline = Deadline(total_time or None).started()
     stopped_why: str | None = None
     for i, target in enumerate(targets):
         if stopped_why is None and interrupt.requested():
@@ -50,14 +91,11 @@ def _in_process(targets: list, opts: FuzzOptions, total_time: float | None,
         if stopped_why is not None:
             reports.append(_not_reached(target, opts, stopped_why, interrupted=interrupt.requested()))
             continue
-        share = None
-        if end is not None:
-            share = (end - time.time()) / (len(targets) - i)
-            if share <= 0:
-                reports.append(_not_reached(target, opts, "not run: --time was used up by the targets "
-                                            "before it", interrupted=False))
-                continue
-        target_opts = dataclasses.replace(opts, time_budget=share, deadline=None)
+        if deadline.over():
+            ran = sum(r.stop != "not-run" for r in reports)
+            reports.append(_not_reached(target, opts, deadline.not_run(ran), interrupted=False))
+            continue
+        target_opts = dataclasses.replace(opts, deadline=deadline.share_end(len(targets) - i))
         last = [0.0]
 
         def progress(report, _done=list(reports)):
@@ -78,17 +116,17 @@ def run_isolated(targets: list, opts: FuzzOptions, *, total_time: float | None, 
                  gpus: list[int] | None = None, hang_timeout: float = 120.0, fresh: bool = False,
                  on_update: Update | None = None, on_resume: Callable[[list[str]], None] | None = None,
                  precompile_processes: int = 0) -> list[TargetReport]:
-    """Targets in worker processes (one per GPU with `gpus`), resumable; each target's share is
-    decided in its worker when it starts (``session.share_end``); `precompile_processes` helpers
-    build kernels ahead (``precompile``)."""
+    """Targets in worker processes (one per GPU with `gpus`), resumable; the workers receive the
+    run's ``Deadline`` and take each target's share of it when the target starts;
+    `precompile_processes` helpers build kernels ahead (``precompile``)."""
     from .session import Session, SessionOptions, plain_options
 
-    end = time.time() + total_time if total_time else None
-    entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap, "end": end,
+    entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
                 **({"path": t.path} if getattr(t, "path", None) else {})}
                for t in targets]
     sopts = SessionOptions(device=opts.device, options={**plain_options(opts), "time_budget": None},
-                           workers=workers, gpus=gpus, hang_timeout=hang_timeout, fresh=fresh)
+                           workers=workers, gpus=gpus, hang_timeout=hang_timeout, fresh=fresh,
+                           deadline=Deadline(total_time or None))
     session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())))
     if session.resumed() and on_resume is not None:
         on_resume(session.resumed())

@@ -33,6 +33,7 @@ from .errors import CaseError, UsageError
 from .features import Tally
 from .findings import Finding, atomic_write_json
 from .fuzz import TargetReport
+from .runner import Deadline
 
 EXIT_CONTEXT_LOST = 17
 
@@ -47,18 +48,10 @@ class WorkerSpec:
     targets: list[dict]          # {"spec", "contract", "overlap"}
     options: dict                # FuzzOptions fields, plain
     seed_offset: int = 0
+    deadline: Deadline = Deadline()  # --time; started by the worker when it is ready, unless already
 
 
 # --------------------------------------------------------------------- worker
-def share_end(end: float | None, left: int) -> float | None:
-    """The end (``time.time()``) of a target's share: an equal part of what is left of the run
-    before ``end``, over the ``left`` targets this worker still has, this one included."""
-    if end is None:
-        return None
-    now = time.time()
-    return now + (end - now) / max(1, left)
-
-
 def _worker_main(spec: WorkerSpec, conn) -> None:
     """Runs in the child: fuzz each target, narrating every case to the parent."""
     try:  # the parent's stdout may be a --json document: a kernel's or Triton's prints go to stderr
@@ -80,7 +73,11 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     opts_fields["profile"] = strategies.PROFILES[opts_fields["profile"]]
     if opts_fields.get("seed") is not None:
         opts_fields["seed"] += spec.seed_offset
-    conn.send(("hello", os.getpid()))
+    from mambafuzz.kernels import registry  # noqa: F401 - the kernels load as part of start-up
+
+    deadline = spec.deadline.started()  # ready: the worker's start-up is not taken from --time
+    conn.send(("hello", (os.getpid(), deadline.end)))
+    ran = 0  # targets this worker has fuzzed
     for i, entry in enumerate(spec.targets):
         try:
             target = resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
@@ -88,7 +85,12 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
             conn.send(("report", TargetReport(entry["spec"], entry.get("contract") or "?", stop="not-run",
                                               detail=str(exc)).to_json()))
             continue
-        opts = FuzzOptions(**{**opts_fields, "deadline": share_end(entry.get("end"), len(spec.targets) - i)})
+        if deadline.over():
+            conn.send(("report", TargetReport(target.name, target.contract, stop="not-run", finished=True,
+                                              detail=deadline.not_run(ran)).to_json()))
+            continue
+        opts = FuzzOptions(**{**opts_fields, "deadline": deadline.share_end(len(spec.targets) - i)})
+        ran += 1
         conn.send(("target", target.name))
         last = [0.0]
 
@@ -136,6 +138,7 @@ class SessionOptions:
     hang_timeout: float = 120.0
     state_dir: Path | None = Path(".mambafuzz/sessions")
     fresh: bool = False
+    deadline: Deadline = Deadline()    # --time: a worker starts it when ready; a restarted one gets its end
 
 
 @dataclass
@@ -151,7 +154,7 @@ class _Live:
 
 def session_key(targets: list[dict], sopts: SessionOptions) -> str:
     """Same targets and options -> same key -> resume from the same state file."""
-    body = {"targets": [{k: v for k, v in t.items() if k != "end"} for t in targets], "device": sopts.device,
+    body = {"targets": [dict(t) for t in targets], "device": sopts.device,
             "options": {k: v for k, v in sopts.options.items() if k not in ("time_budget",)}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -167,6 +170,7 @@ class Session:
         self.key = session_key(targets, sopts)
         self.state_path = Path(sopts.state_dir) / f"{self.key}.json" if sopts.state_dir else None
         self.done: set[str] = set()
+        self.deadline = sopts.deadline
         self._partials: dict[str, dict] = {}
         self.restarts = 0
         if self.state_path and self.state_path.exists() and not sopts.fresh:
@@ -197,7 +201,8 @@ class Session:
     # -- running
     def _start(self, index: int, gpu: int | None, remaining: list[dict], ctx) -> _Live:
         spec = WorkerSpec(index=index, device=self.sopts.device, gpu=gpu, targets=remaining,
-                          options=self.sopts.options, seed_offset=7919 * index + 104729 * self.restarts)
+                          options=self.sopts.options, seed_offset=7919 * index + 104729 * self.restarts,
+                          deadline=self.deadline)
         parent_conn, child_conn = ctx.Pipe(duplex=False)
         process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=True)
         process.start()
@@ -339,7 +344,11 @@ class Session:
 
     def _handle(self, w: _Live, message) -> None:
         kind, body = message
-        if kind == "target":
+        if kind == "hello":
+            _, end = body
+            if self.deadline.end is None and end is not None:  # --time runs from the first worker ready
+                self.deadline = dataclasses.replace(self.deadline, end=end)
+        elif kind == "target":
             w.current_target, w.current_case = body, None
         elif kind == "case":
             w.current_case = body

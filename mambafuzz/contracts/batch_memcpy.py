@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 import numpy as np
-import torch
 
 from mambafuzz import oracle
 from mambafuzz.cases import CaseBase, check_int, show
@@ -112,6 +111,8 @@ class BatchMemcpy(Contract):
         return batch_copy_cases(profile, overlap=overlap, ill_posed=ill_posed)
 
     def prepare(self, case: BatchCopyCase, image: Image, snapshot: np.ndarray, base: int, device: str) -> Prepared:
+        import torch  # here, not at import: the CLI's parser reads the contracts, and --help needs no torch
+
         rows = np.asarray(case.copies, dtype=np.int64).reshape(-1, 3)
         src, dst, sizes = rows[:, 0], rows[:, 1], rows[:, 2]
         oracle.check_batch(src, dst, sizes, case.arena_size)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 import numpy as np
-import torch
 
 from mambafuzz import oracle
 from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, check_nested, check_objects, show
@@ -105,6 +104,8 @@ def meta_table(pools, base: int) -> np.ndarray:
 
 
 def int32(values, device) -> torch.Tensor:
+    import torch  # at first use, as in every contract: --help reads the contracts, needing no torch
+
     return torch.tensor(np.asarray(values, dtype=np.int32).reshape(-1), dtype=torch.int32, device=device)
 
 
@@ -193,6 +194,8 @@ class PoolContract(Contract):
         return Image(None, (tables, case.pools, tables))
 
     def common_args(self, case: PoolCase, image: Image, base: int, device: str) -> tuple[dict, dict]:
+        import torch
+
         tables = image.plan[0]
         args = {"meta": torch.tensor(meta_table(case.pools, base), device=device),
                 "block_tables": torch.from_numpy(tables.copy()).to(device)}

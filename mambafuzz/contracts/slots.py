@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 import numpy as np
-import torch
 
 from mambafuzz import oracle
 from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, check_objects, show
@@ -245,6 +244,8 @@ class SlotContract(Contract):
         buffers, o_src, o_dst = image.plan
         expect = oracle.expect_slot_fork if self.forked else oracle.expect_slot_copy
         expected = expect(snapshot, buffers, o_src, self._dst_for_oracle(o_dst))
+        import torch  # at first use: --help reads the contracts, needing no torch
+
         dtype = getattr(torch, case.index_dtype)
         src, dst = self._arrays(case)
         args = {"meta": torch.tensor(meta_table(case.buffers, base), device=device),

@@ -16,9 +16,12 @@ Rules, per launch, masked-on lanes only:
 2. cross-program: a byte stored (non-atomic) by one program and loaded or
    stored (non-atomic) by another program of the same launch.
 3. misaligned: an access whose address is not a multiple of its element size.
-4. out-of-bounds: a lane whose bytes are not inside any registered region;
+4. out-of-bounds: a lane whose bytes are not inside any live region;
    :class:`OutOfBoundsAccess` is raised from the hook *before* the interpreter
-   touches memory (so a wild pointer cannot segfault the process).
+   touches memory (so a wild pointer cannot segfault the process).  The
+   regions: those registered (:meth:`RaceRecorder.add_region`), every kernel
+   argument's storage, and every CPU storage a torch op returns while the
+   recorder records (``allocations``); a storage freed before a launch is gone.
 
 Atomics take part only in rules 3 and 4.
 
@@ -33,12 +36,20 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import rules
+from .allocations import AllocationTracker, StorageWeakRef
 from .events import EventStore, Regions
 from .hooks import InterpreterHooks
-from .witness import (Access, Hazard, OutOfBoundsAccess, explain_cross_program, explain_intra_program,
-                      explain_misaligned)
+from .witness import (SAME_VALUE_NOTE, Access, Hazard, OutOfBoundsAccess, explain_cross_program,
+                      explain_intra_program, explain_misaligned)
 
-__all__ = ["Access", "Hazard", "OutOfBoundsAccess", "RaceRecorder"]
+__all__ = ["Access", "Hazard", "OutOfBoundsAccess", "RaceRecorder", "recording"]
+
+_recording: Optional["RaceRecorder"] = None     # the recorder inside its `with` block, if any
+
+
+def recording() -> Optional["RaceRecorder"]:
+    """The recorder recording now in this process, or None."""
+    return _recording
 
 
 class RaceRecorder:
@@ -67,6 +78,7 @@ class RaceRecorder:
             self.add_region(name, start, nbytes)
         self._store = EventStore(self.regions)
         self._hooks = InterpreterHooks(self)
+        self._tracker: Optional[AllocationTracker] = None
         self._found: dict = {}              # (kind, line a, line b) -> Hazard: one per line pair
         self._hazards: Optional[list] = None
         self.out_of_bounds: Optional[OutOfBoundsAccess] = None
@@ -77,14 +89,25 @@ class RaceRecorder:
 
     # ---- context manager -------------------------------------------------
     def __enter__(self) -> "RaceRecorder":
+        global _recording
         if self._hooks.installed:
             raise RuntimeError("RaceRecorder is already active")
         self._hooks.install()
+        self._tracker = AllocationTracker(self.regions)
+        self._tracker.__enter__()
+        _recording = self
         self._hazards = None
         return self
 
     def __exit__(self, exc_type, exc_val, tb) -> bool:
-        self._hooks.remove()
+        global _recording
+        tracker, self._tracker = self._tracker, None
+        try:
+            if tracker is not None:
+                tracker.__exit__(None, None, None)
+        finally:
+            _recording = None
+            self._hooks.remove()
         self.finish()
         oob = self.out_of_bounds
         if (exc_val is not None and oob is not None and exc_val is not oob
@@ -109,8 +132,9 @@ class RaceRecorder:
         return list(self._hazards)
 
     def _ranked(self) -> list:
-        """Lowest address first, at most max_hazards."""
-        return sorted(self._found.values(), key=lambda h: (h.address, h.kind))[: self.max_hazards]
+        """Hazards that can change bytes first (a same-value one cannot), then lowest address first, at
+        most max_hazards."""
+        return sorted(self._found.values(), key=lambda h: (h.same_value, h.address, h.kind))[: self.max_hazards]
 
     @property
     def stats(self) -> dict:
@@ -118,11 +142,19 @@ class RaceRecorder:
 
     # ---- the sink the hooks call -----------------------------------------
     def on_launch_args(self, pairs) -> None:
-        """Tensors a launcher passes to a kernel (a clone it made, say) are legal memory too."""
+        """Tensors a launcher passes to a kernel (a clone it made, say) are legal memory too.
+
+        First the storages freed since the last launch are dropped: a launch
+        sees only memory alive when it starts.
+        """
+        regions = self.regions
+        regions.prune()
         for name, value in pairs:
             if hasattr(value, "untyped_storage"):
                 storage = value.untyped_storage()
-                self.regions.add_launch_storage(str(name), int(storage.data_ptr()), int(storage.nbytes()))
+                start, nbytes = int(storage.data_ptr()), int(storage.nbytes())
+                if regions.named and nbytes > 0 and not regions.knows(start, nbytes):
+                    regions.add_storage(str(name), start, nbytes, StorageWeakRef(storage))
 
     def on_launch(self) -> None:
         self._close_launch()
@@ -134,9 +166,9 @@ class RaceRecorder:
     def on_barrier(self) -> None:
         self._store.barrier()
 
-    def on_access(self, op: int, ptr_data, mask, elem_size: int, line: str) -> None:
+    def on_access(self, op: int, ptr_data, mask, elem_size: int, line: str, value=None) -> None:
         try:
-            self._store.record(op, ptr_data, mask, elem_size, line)
+            self._store.record(op, ptr_data, mask, elem_size, line, value)
         except OutOfBoundsAccess as exc:
             self._add_hazard(("out-of-bounds", exc.hazard.first.line, None), exc.hazard)
             self.out_of_bounds = exc
@@ -170,16 +202,17 @@ class RaceRecorder:
         for kind, conflicts, explain in (
                 ("intra-program", findings.intra_program, explain_intra_program),
                 ("cross-program", findings.cross_program, explain_cross_program)):
-            for store_elem, other_elem, byte in zip(conflicts.store.tolist(), conflicts.other.tolist(),
-                                                    conflicts.byte.tolist()):
+            for store_elem, other_elem, byte, same in zip(conflicts.store.tolist(), conflicts.other.tolist(),
+                                                          conflicts.byte.tolist(), conflicts.same().tolist()):
                 first = store.access(flat, store_elem)
                 second = store.access(flat, other_elem)
                 key = (kind, first.line, second.line)
-                if key in self._found:
-                    continue
+                if key in self._found and (same or not self._found[key].same_value):
+                    continue  # a same-value witness gives way to one that changes bytes, in a later launch too
+                self._found.pop(key, None)
                 region, offset = regions.locate(byte)
-                self._add_hazard(key, Hazard(kind, byte, region, offset, first, second,
-                                             explain(first, second, regions.address_text(byte))))
+                text = explain(first, second, regions.address_text(byte)) + (SAME_VALUE_NOTE if same else "")
+                self._add_hazard(key, Hazard(kind, byte, region, offset, first, second, text, same))
 
 
 def _chain_contains(exc: BaseException, target: BaseException) -> bool:

@@ -33,16 +33,30 @@ class Event(NamedTuple):
     line_id: int                # index into EventStore.lines
     addrs: np.ndarray           # uint64 start address of each active lane's element
     lanes: Optional[np.ndarray]  # int64 flat lane index of each; None = every lane, in order
+    # a store's per-lane bitmask of the element's bytes it changes (bit k: byte k differed before the
+    # store); None: not known (a load, an atomic, or no values to compare), taken as changing every byte
+    changed: Optional[np.ndarray] = None
 
 
 # --------------------------------------------------------------------------
 # the bounds fence
 # --------------------------------------------------------------------------
 class Regions:
-    """Named memory regions that accesses may touch; with none registered, nothing is fenced."""
+    """Named memory regions that accesses may touch; with none registered, nothing is fenced.
+
+    Regions from :meth:`add` (the case's tensors, a user's ``add_region``) last
+    as long as the recorder.  Storages from :meth:`add_storage` (kernel
+    arguments, tensors the target allocates) carry a weak reference: one freed
+    is dropped by :meth:`prune` at the next launch, and an access to it is then
+    out of bounds (:attr:`freed` names it in the witness).
+    """
 
     def __init__(self) -> None:
-        self.named: list = []   # (name, start, nbytes) in registration order
+        self.named: list = []   # (name, start, nbytes) of the live regions, in registration order
+        self.freed: list = []   # (name, start, nbytes) of storages dropped by prune
+        self._refs: list = []   # per entry of `named`: its storage's weak reference, or None
+        self._known: dict = {}  # (start, nbytes) -> index into `named`
+        self._dirty = False     # `named` changed since the union was built
         # the regions' union as sorted disjoint [start, end) intervals
         self._union_starts = np.zeros(0, dtype=np.int64)
         self._union_ends = np.zeros(0, dtype=np.int64)
@@ -58,20 +72,47 @@ class Regions:
             start = int(tensor_or_start)
             if nbytes is None:
                 raise ValueError("add_region needs nbytes for a raw start address")
-        self.named.append((str(name), start, int(nbytes)))
-        self._rebuild_union()
+        self._append(str(name), start, int(nbytes), None)
 
-    def add_launch_storage(self, name: str, start: int, nbytes: int) -> None:
-        """A kernel argument's storage (a launcher's own clone, say) is legal memory too.
+    def knows(self, start: int, nbytes: int) -> bool:
+        """Whether a live entry has exactly this start and size."""
+        i = self._known.get((start, nbytes))
+        return i is not None and (self._refs[i] is None or not self._refs[i].expired())
 
-        Ignored when already known, or when no region was asked for (no fence).
+    def add_storage(self, name: str, start: int, nbytes: int, ref=None) -> bool:
+        """A storage the target reaches (a kernel argument, a tensor it allocated) is legal memory too.
+
+        `ref`: a weak reference with ``expired()`` (``StorageWeakRef``), or None.
+        Ignored (False) when already known, empty, or when no region was asked
+        for (no fence).
         """
-        if not self.named or any(s == start and n == nbytes for _, s, n in self.named):
+        if not self.named or nbytes <= 0 or self.knows(start, nbytes):
+            return False
+        self._append(name, start, nbytes, ref)
+        return True
+
+    def prune(self) -> None:
+        """Drop the storages freed since the last call (one expiry check each)."""
+        dead = [i for i, ref in enumerate(self._refs) if ref is not None and ref.expired()]
+        if not dead:
             return
-        self.named.append((name, start, nbytes))
+        gone = set(dead)
+        self.freed.extend(self.named[i] for i in dead)
+        del self.freed[:-64]    # the latest are enough to name a stale pointer's target
+        keep = [i for i in range(len(self.named)) if i not in gone]
+        self.named = [self.named[i] for i in keep]
+        self._refs = [self._refs[i] for i in keep]
+        self._known = {(s, n): i for i, (_, s, n) in enumerate(self.named)}
         self._rebuild_union()
+
+    def _append(self, name: str, start: int, nbytes: int, ref) -> None:
+        self._known[(start, nbytes)] = len(self.named)
+        self.named.append((name, start, nbytes))
+        self._refs.append(ref)
+        self._dirty = True      # rebuilt when the fence is next asked: a target may allocate thousands
 
     def _rebuild_union(self) -> None:
+        self._dirty = False
         intervals = sorted((s, s + n) for _, s, n in self.named if n > 0)
         merged: list = []
         for s, e in intervals:
@@ -84,10 +125,14 @@ class Regions:
 
     @property
     def fenced(self) -> bool:
+        if self._dirty:
+            self._rebuild_union()
         return self._union_starts.shape[0] > 0
 
     def first_outside(self, addrs: np.ndarray, elem_size: int) -> int:
         """Index of the first element not wholly inside one interval of the union, or -1."""
+        if self._dirty:
+            self._rebuild_union()
         starts, ends = self._union_starts, self._union_ends
         lowest = int(addrs.min())
         end = int(addrs.max()) + elem_size
@@ -114,6 +159,68 @@ class Regions:
         """'region+offset', or hex when no region holds it."""
         name, offset = self.locate(addr)
         return f"{name}+{offset}" if name is not None else hex(addr)
+
+    def outside_text(self, addr: int, elem_size: int) -> str:
+        """Where an access the fence refused lies: in a freed storage, or beside the nearest live region."""
+        end = addr + elem_size
+        for name, s, n in reversed(self.freed):
+            if s <= addr < s + n and not self.knows(s, n):
+                return f"inside {name} [{hex(s)}, +{n}), freed before this launch"
+        best = None
+        for name, s, n in self.named:
+            if n <= 0:
+                continue
+            if s <= addr < s + n:       # starts inside, runs past the end
+                return f"offset {addr - s} of {name} [{hex(s)}, +{n}), running {end - s - n} byte(s) past its end"
+            gap = addr - (s + n) if addr >= s + n else s - end
+            if best is None or gap < best[0]:
+                best = (gap, addr >= s + n, name, s, n)
+        if 0 <= addr < 4096:
+            return "a null pointer's page"
+        if best is None or best[0] >= 1 << 40:
+            return "far from every region"
+        gap, after, name, s, n = best
+        if after:
+            return (f"right after the end of {name} [{hex(s)}, +{n})" if gap == 0 else
+                    f"{gap} byte(s) after the end of {name} [{hex(s)}, +{n})")
+        return f"{gap} byte(s) before {name} [{hex(s)}, +{n})"
+
+
+# --------------------------------------------------------------------------
+# what a store changes
+# --------------------------------------------------------------------------
+class _Bytes:
+    """``n`` bytes of this process's memory from address ``start``, as numpy sees an array."""
+
+    def __init__(self, start: int, n: int) -> None:
+        self.__array_interface__ = {"data": (start, True), "shape": (n,), "typestr": "|u1", "version": 3}
+
+
+def changed_bytes(addrs: np.ndarray, lanes, shape, value, elem_size: int) -> Optional[np.ndarray]:
+    """Per stored lane, a bitmask of the bytes of its element that `value` changes (bit k: byte k);
+    None when the values are not one element of `elem_size` bytes each.
+
+    Reads the bytes there now, before the store: call it after the fence let
+    every address through (only those bytes are read).
+    """
+    value = np.asarray(value)
+    if value.dtype.itemsize != elem_size or value.dtype.hasobject:
+        return None
+    try:
+        value = np.broadcast_to(value, shape).reshape(-1)
+    except ValueError:
+        return None
+    if lanes is not None:
+        value = value[lanes]
+    new = np.ascontiguousarray(value).view(np.uint8).reshape(-1, elem_size)
+    at = addrs.view(np.int64)
+    lowest = int(at.min())
+    memory = np.asarray(_Bytes(lowest, int(at.max()) - lowest + elem_size))
+    old = memory[(at - lowest)[:, None] + np.arange(elem_size, dtype=np.int64)]
+    differs = old != new
+    if elem_size == 1:
+        return differs[:, 0].astype(np.int64)
+    return differs.astype(np.int64) @ (np.int64(1) << np.arange(elem_size, dtype=np.int64))
 
 
 # --------------------------------------------------------------------------
@@ -150,11 +257,12 @@ class EventStore:
         self.epoch += 1
         self.segment += 1
 
-    def record(self, op: int, ptr_data: np.ndarray, mask, elem_size: int, line: str) -> None:
+    def record(self, op: int, ptr_data: np.ndarray, mask, elem_size: int, line: str, value=None) -> None:
         """Keep the masked-on lanes of one access; raise OutOfBoundsAccess if one leaves the fence.
 
         ptr_data: the uint64 addresses, any shape; mask: None (every lane), or
-        a bool array of that shape (or broadcastable to it).
+        a bool array of that shape (or broadcastable to it); value: a store's
+        values (broadcastable to ptr_data), compared with the bytes there now.
         """
         shape = ptr_data.shape
         if len(shape) == 0 or shape == (1,):
@@ -202,15 +310,20 @@ class EventStore:
         stats["events"] += 1
         stats["accesses"] += count
         stats["bytes"] += count * elem_size
+        changed = None
+        if op == OP_STORE and value is not None and self.regions.fenced:
+            changed = changed_bytes(addrs, lanes, ptr_data.shape, value, elem_size)
         self.events.append(Event(op, self.program, self.epoch, self.segment, shape_id, elem_size,
-                                 line_id, addrs, lanes))
+                                 line_id, addrs, lanes, changed))
 
     def _refuse(self, op, addrs, lanes, index, elem_size, shape_id, line_id) -> None:
         lane = index if lanes is None else int(lanes[index])
         access = Access(OP_NAMES[op], self.programs[self.program], lane, self.shapes[shape_id],
                         self.epoch, self.lines[line_id], elem_size, int(addrs[index]))
+        regions = self.regions
         hazard = Hazard("out-of-bounds", access.address, None, None, access, None,
-                        explain_out_of_bounds(access, self.regions.named))
+                        explain_out_of_bounds(access, regions.outside_text(access.address, elem_size),
+                                              len(regions.named)))
         raise OutOfBoundsAccess(hazard)
 
     def _lane_range(self, n: int) -> np.ndarray:
@@ -241,7 +354,10 @@ class EventStore:
             addr=np.concatenate([e.addrs for e in events]).view(np.int64),
             lane=np.concatenate([e.lanes if e.lanes is not None else self._lane_range(e.addrs.shape[0])
                                  for e in events]),
-            event=np.repeat(np.arange(n, dtype=np.int64), counts))
+            event=np.repeat(np.arange(n, dtype=np.int64), counts),
+            changed=np.concatenate([e.changed if e.changed is not None
+                                    else np.full(e.addrs.shape[0], 0 if e.op == OP_LOAD else -1, dtype=np.int64)
+                                    for e in events]))
 
     def access(self, flat: FlatLaunch, elem: int) -> Access:
         """The witness record of element `elem` of the open launch."""

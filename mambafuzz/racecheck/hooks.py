@@ -9,14 +9,18 @@ What is patched: the module-level ``interpreter_builder`` singleton of
 methods (``create_load``/``create_store`` call the masked variants through
 ``self``, so every access passes a hook), and ``GridExecutor.__call__`` is
 wrapped to see each launch's arguments.  :meth:`InterpreterHooks.remove`
-puts back exactly what was there, instance attributes included.
+puts back exactly what was there, instance attributes included.  The hooks
+also enter :func:`interpreter_adapters` (the engine enters it alone for
+unrecorded CPU repetitions): 3.5 and 3.6 then run loops over bounds loaded
+from memory as 3.7+ does.
 
 Sink methods, in the order the interpreter calls them::
 
     on_launch_args(pairs)        # (name, value) of each kernel argument of a launch
     on_launch()                  # after set_grid_dim: a launch begins
     on_program(x, y, z)          # after set_grid_idx: a program begins
-    on_access(op, ptr_data, mask, elem_size, line)   # before the access touches memory
+    on_access(op, ptr_data, mask, elem_size, line[, value])   # before the access touches memory
+                                 # (value: a store's numpy values, broadcastable to ptr_data)
     on_barrier()                 # tl.debug_barrier()
 
 Re-entrancy rules:
@@ -34,8 +38,10 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from contextlib import contextmanager
 from typing import Optional
 
+import numpy as np
 import triton
 import triton.language as tl
 from triton.runtime import interpreter as _interp
@@ -43,7 +49,7 @@ from triton.runtime import interpreter as _interp
 from .events import OP_ATOMIC, OP_LOAD, OP_STORE
 from .witness import source_line
 
-__all__ = ["InterpreterHooks"]
+__all__ = ["InterpreterHooks", "interpreter_adapters"]
 
 # the builder methods the hooks shadow
 PATCHED = ("create_masked_load", "create_masked_store", "create_atomic_rmw",
@@ -63,7 +69,7 @@ _HOOK_PARAMS = {
 }
 
 
-def _param_reader(builder, hook: str):
+def _param_reader(builder, hook: str, params=None):
     """``read(args, kwargs) -> tuple`` of the `_HOOK_PARAMS` arguments of ``builder.<hook>``.
 
     Positions come from the method's signature (feature detection, no version
@@ -79,7 +85,7 @@ def _param_reader(builder, hook: str):
     method = getattr(type(builder), hook)
     names = list(inspect.signature(method).parameters)[1:]     # drop self
     found = []
-    for accepted in _HOOK_PARAMS[hook]:
+    for accepted in params or _HOOK_PARAMS[hook]:
         name = next((n for n in accepted if n in names), None)
         if name is None:
             raise RuntimeError(f"the race recorder does not support Triton {triton.__version__}: its "
@@ -180,6 +186,119 @@ def issuing_line() -> str:
 
 
 # --------------------------------------------------------------------------
+# adapter: scalars loaded from memory as loop bounds (Triton 3.5, 3.6)
+# --------------------------------------------------------------------------
+# The interpreter holds a scalar as a shape-(1,) array.  Its patch of the language, redone at
+# every launch (``_patch_lang``), makes ``tensor.__index__`` ``int(data)``, which numpy refuses
+# for 1-d arrays, so ``range(0, n, BLOCK)`` over a loaded ``n`` raises TypeError; 3.7+ squeezes
+# first.  3.5/3.6 also leave ``tl.condition`` without ``__bool__``, so ``while tl.condition(i <
+# n)`` never ends.  The adapter wraps ``_patch_lang`` and, after the interpreter's own patch, mends
+# what a probe finds broken, as 3.7+ does.  Where the interpreter returns its patch scope (3.6+)
+# the mends go into it, so its restore at the launch's end puts the originals back; 3.5 patches
+# for good and returns None, and the adapter's removal undoes its own mends.
+class _Scalar:
+    """Stands in for a tensor holding one loaded scalar."""
+
+    class handle:
+        data = np.zeros(1, dtype=np.int32)
+
+
+def _index_broken() -> bool:
+    index = getattr(tl.core.tensor, "__index__", None)
+    try:
+        return index is not None and index(_Scalar()) != 0
+    except TypeError:
+        return True
+
+
+def _condition_broken() -> bool:
+    condition = getattr(tl.core, "condition", None)
+    return condition is not None and bool(condition(False))
+
+
+def _mended_index(interpreters):
+    def __index__(self):
+        data = self.handle.data
+        if data.size == 1 and data.dtype.kind in "biu":   # a scalar: int() of a 1-d array fails
+            return int(data.reshape(()))
+        return interpreters(self)                           # anything else fails as it did
+    return __index__
+
+
+def _condition_bool(self):
+    return bool(self.condition)
+
+
+_mends = (
+    (lambda: tl.core.tensor, "__index__", _index_broken, _mended_index),
+    (lambda: tl.core.condition, "__bool__", _condition_broken, lambda _: _condition_bool),
+)
+_adapter_depth = 0          # interpreter_adapters() entered and not yet left
+_adapter_saved = None       # (the interpreter's _patch_lang, {(class, name): what 3.5's patch left})
+_MISSING = object()
+
+
+def _mend(scope, undo: dict) -> None:
+    for owner, name, broken, mended in _mends:
+        if not broken():
+            continue
+        cls = owner()
+        current = cls.__dict__.get(name, _MISSING)
+        value = mended(getattr(cls, name, None))
+        value.mambafuzz_mend = True
+        if scope is not None and callable(getattr(scope, "set_attr", None)):
+            scope.set_attr(cls, name, value)            # restored with the interpreter's own
+            continue
+        if not getattr(current, "mambafuzz_mend", False):
+            undo[(cls, name)] = current
+        setattr(cls, name, value)
+
+
+def _adapters_enter() -> None:
+    global _adapter_depth, _adapter_saved
+    if _adapter_depth == 0 and callable(getattr(_interp, "_patch_lang", None)):
+        original, undo = _interp._patch_lang, {}
+
+        def _patch_lang(*args, **kwargs):
+            scope = original(*args, **kwargs)
+            _mend(scope, undo)
+            return scope
+
+        _adapter_saved = (original, undo)
+        _interp._patch_lang = _patch_lang
+    _adapter_depth += 1
+
+
+def _adapters_exit() -> None:
+    global _adapter_depth, _adapter_saved
+    _adapter_depth -= 1
+    if _adapter_depth or _adapter_saved is None:
+        return
+    (original, undo), _adapter_saved = _adapter_saved, None
+    _interp._patch_lang = original
+    for (cls, name), value in undo.items():
+        if getattr(cls.__dict__.get(name), "mambafuzz_mend", False):
+            if value is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, value)
+
+
+@contextmanager
+def interpreter_adapters():
+    """While inside, kernels run in Triton's interpreter as 3.7+ runs them (see above).
+
+    Nests (the race recorder's hooks enter it too); leaving the outermost
+    puts back ``_patch_lang`` and what 3.5's patch had left.
+    """
+    _adapters_enter()
+    try:
+        yield
+    finally:
+        _adapters_exit()
+
+
+# --------------------------------------------------------------------------
 # the hooks
 # --------------------------------------------------------------------------
 _installed: Optional["InterpreterHooks"] = None     # the hooks patched in now, if any
@@ -206,6 +325,7 @@ class InterpreterHooks:
         builder = _interp.interpreter_builder
         read_load = _param_reader(builder, "create_masked_load")     # before anything is patched
         read_store = _param_reader(builder, "create_masked_store")
+        read_value = _param_reader(builder, "create_masked_store", (("value", "val"),))  # same-value stores
         read_rmw = _param_reader(builder, "create_atomic_rmw")
         read_cas = _param_reader(builder, "create_atomic_cas")
         read_idx = _param_reader(builder, "set_grid_idx")
@@ -215,7 +335,7 @@ class InterpreterHooks:
         sink = self.sink
         on_access = sink.on_access
 
-        def access_hook(name, op, read, masked):
+        def access_hook(name, op, read, masked, read_stored=None):
             original = saved[name][2]
 
             def hook(*args, **kwargs):
@@ -228,7 +348,8 @@ class InterpreterHooks:
                     else:
                         ptrs, mask = read(args, kwargs)[0], None
                     if ptrs is not None:
-                        on_access(op, ptrs.data, mask_array(mask), element_size(ptrs), issuing_line())
+                        stored = () if read_stored is None else (mask_array(read_stored(args, kwargs)[0]),)
+                        on_access(op, ptrs.data, mask_array(mask), element_size(ptrs), issuing_line(), *stored)
                     return original(*args, **kwargs)
                 finally:
                     hooks._running = False
@@ -258,7 +379,7 @@ class InterpreterHooks:
 
         patches = (
             access_hook("create_masked_load", OP_LOAD, read_load, True),
-            access_hook("create_masked_store", OP_STORE, read_store, True),
+            access_hook("create_masked_store", OP_STORE, read_store, True, read_value),
             access_hook("create_atomic_rmw", OP_ATOMIC, read_rmw, True),
             access_hook("create_atomic_cas", OP_ATOMIC, read_cas, False),
             plain_hook("create_barrier", before=lambda args, kwargs: sink.on_barrier()),
@@ -279,6 +400,7 @@ class InterpreterHooks:
         for hook in patches:
             setattr(builder, hook.__name__, hook)
         executor.__call__ = grid_call
+        _adapters_enter()
         _installed = self
 
     def remove(self) -> None:
@@ -294,5 +416,6 @@ class InterpreterHooks:
                 setattr(builder, name, value)
             else:
                 builder.__dict__.pop(name, None)
+        _adapters_exit()
         if _installed is self:
             _installed = None

@@ -15,10 +15,16 @@ The work is done by sorting and ``reduceat``, never a Python loop per byte:
 Atomics take part only in the misaligned rule.  Before the byte-level work, a
 sweep over each event's [lowest, highest] address range drops events that
 cannot share a byte with a store, which on a correct kernel is nearly all.
+
+A store that leaves a byte as it was (the value already there when it ran,
+``FlatLaunch.changed``) cannot corrupt a reader of that byte: a conflict
+whose only stores to its byte are such is *same-value*, and each (store line,
+other line) pair gets a witness that changes bytes when it has one.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -49,6 +55,9 @@ class FlatLaunch:
     addr: np.ndarray            # int64: start address of the lane's element
     lane: np.ndarray            # int64: flat lane index within the lane shape
     event: np.ndarray           # int64: the event it belongs to
+    # int64 per element: a store's bitmask of the element's bytes it changed (bit k: byte k), 0 for a
+    # load; None: not known, every store changes every byte
+    changed: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
@@ -57,9 +66,18 @@ class Conflicts:
     store: np.ndarray           # element position of the (first) store to the byte
     other: np.ndarray           # element position of the other lane's / program's access
     byte: np.ndarray            # the shared byte address
+    # bool per witness: no store to its byte changed it (None: none is); such witnesses come after
+    # every witness of a line pair that changes bytes
+    same_value: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return int(self.store.shape[0])
+
+    def same(self) -> np.ndarray:
+        """``same_value`` as a bool array, False where not known."""
+        if self.same_value is None:
+            return np.zeros(len(self), dtype=bool)
+        return self.same_value
 
 
 _NO_POSITIONS = np.zeros(0, dtype=np.int64)
@@ -110,13 +128,47 @@ def find_hazards(flat: FlatLaunch) -> Findings:
     byte_line = flat.line_id[byte_events]
     sorted_bytes = byte_offsets + lowest
 
+    if flat.changed is None:
+        byte_changes = byte_is_store
+    else:  # a byte's store changes it; an element standing for its bytes, when any of them
+        bits = flat.changed[byte_elems]
+        if byte_addrs.shape[0] == selected.shape[0]:
+            byte_changes = bits != 0
+        else:
+            byte_changes = ((bits >> (sorted_bytes - flat.addr[byte_elems])) & 1) != 0
+        byte_changes &= byte_is_store
+
+    def witnesses(new_group, who):
+        store, other, same = _changing_first(new_group, byte_is_store, byte_changes, who, byte_line)
+        return Conflicts(byte_elems[store], byte_elems[other], sorted_bytes[store], same)
+
     lane_key = (flat.shape_id[byte_events] << LANE_BITS) | flat.lane[byte_elems]
-    intra = first_conflicts(new_byte_segment, byte_is_store, lane_key, byte_line)
     new_byte = byte_offsets[1:] != byte_offsets[:-1]
-    cross = first_conflicts(new_byte, byte_is_store, flat.program[byte_events], byte_line)
-    return Findings(misaligned,
-                    Conflicts(byte_elems[intra[0]], byte_elems[intra[1]], sorted_bytes[intra[0]]),
-                    Conflicts(byte_elems[cross[0]], byte_elems[cross[1]], sorted_bytes[cross[0]]))
+    return Findings(misaligned, witnesses(new_byte_segment, lane_key),
+                    witnesses(new_byte, flat.program[byte_events]))
+
+
+def _changing_first(new_group, is_store, changes, who, line):
+    """``first_conflicts``, and for every (store line, other line) pair whose witness's byte no store
+    changes, one whose byte a store changes when there is one: (store positions, other positions,
+    same-value), in group order.  `changes`: the stores that change their byte."""
+    every = first_conflicts(new_group, is_store, who, line)
+    if every[0].shape[0] == 0 or bool((changes == is_store).all()):
+        return every[0], every[1], np.zeros(every[0].shape[0], dtype=bool)
+    starts_group = np.concatenate(([True], new_group))
+    group = np.cumsum(starts_group) - 1
+    group_changes = np.maximum.reduceat(changes, np.flatnonzero(starts_group))
+    same = ~group_changes[group[every[0]]]
+    changing = first_conflicts(new_group, changes, who, line)
+    width = int(line.max()) + 1
+    pair = line[changing[0]] * width + line[changing[1]]
+    kept = ~same | ~np.isin(line[every[0]] * width + line[every[1]], pair)  # same-value: only without a better
+    better = ~np.isin(pair, line[every[0][~same]] * width + line[every[1][~same]])
+    store = np.concatenate((every[0][kept], changing[0][better]))
+    other = np.concatenate((every[1][kept], changing[1][better]))
+    same = np.concatenate((same[kept], np.zeros(int(better.sum()), dtype=bool)))
+    order = np.argsort(store, kind="stable")
+    return store[order], other[order], same[order]
 
 
 def misaligned_elements(addr: np.ndarray, elem_size_of: np.ndarray, line_of: np.ndarray) -> np.ndarray:

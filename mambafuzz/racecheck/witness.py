@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-__all__ = ["Access", "Hazard", "OutOfBoundsAccess", "source_line", "explain_out_of_bounds",
+__all__ = ["Access", "Hazard", "OutOfBoundsAccess", "SAME_VALUE_NOTE", "source_line", "explain_out_of_bounds",
            "explain_misaligned", "explain_intra_program", "explain_cross_program"]
 
 VERBS = {"load": "loads", "store": "stores", "atomic": "atomically updates"}
@@ -46,6 +46,9 @@ class Hazard:
     first: Access
     second: Optional[Access]
     explanation: str
+    # every store to the byte left it as it was (it stored the value already there): no reader can
+    # see a change; ranked below hazards that can change bytes
+    same_value: bool = False
 
     def to_json(self) -> dict:
         return {
@@ -56,6 +59,7 @@ class Hazard:
             "first": self.first.to_json(),
             "second": None if self.second is None else self.second.to_json(),
             "explanation": self.explanation,
+            "same_value": self.same_value,
         }
 
 
@@ -101,12 +105,11 @@ def program_text(program) -> str:
 # --------------------------------------------------------------------------
 # explanations; `where` is the byte as 'region+offset' (or hex when in no region)
 # --------------------------------------------------------------------------
-def explain_out_of_bounds(access: Access, regions: list) -> str:
-    """`regions`: (name, start, nbytes) of every registered region."""
-    listed = ", ".join(f"{name} [{hex(start)}, +{nbytes})" for name, start, nbytes in regions)
+def explain_out_of_bounds(access: Access, where: str, live: int) -> str:
+    """`where`: the bytes beside or inside the nearest region (``Regions.outside_text``); `live`: regions known."""
     return (f"program {program_text(access.program)}: lane {access.lane} {VERBS[access.op]} "
-            f"{access.elem_size} byte(s) at {hex(access.address)} ({site(access)}), outside every "
-            f"registered region ({listed}); blocked before it touched memory")
+            f"{access.elem_size} byte(s) at {hex(access.address)} ({site(access)}), {where}; outside "
+            f"every live region ({live} known); blocked before it touched memory")
 
 
 def explain_misaligned(access: Access, where: str) -> str:
@@ -127,6 +130,10 @@ def explain_intra_program(store: Access, other: Access, where: str) -> str:
     return (f"program {program_text(store.program)}: {first} stores byte {where} ({site(store)}) "
             f"and {second} {_second_verb(other)} ({site(other)}) in the same barrier epoch "
             f"{store.epoch}; no ordering between lanes without tl.debug_barrier()")
+
+
+SAME_VALUE_NOTE = ("; every store to that byte wrote the value already there, so no reader could see "
+                   "a change (a hazard that can change bytes ranks above it)")
 
 
 def explain_cross_program(store: Access, other: Access, where: str) -> str:

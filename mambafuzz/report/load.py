@@ -37,12 +37,17 @@ class FindingView:
     hazards: list[dict]             # the race recorder's witnesses: kind, explanation, first, second
     fault: str | None
     exception: str | None
+    compile: str | None
     gpu_lines: list[str]            # rates as found / on this case, the CPU's witness
     path: str | None
     replay: str | None
     examples_to_first: int
     seconds_to_first: float
     shrink_examples: int
+    deterministic: bool = False     # a recorded hazard (race, oob): a verdict, not a rate
+    rate_line: str = ""             # k/N and its bound, or the hazard's kind and kernel lines
+    not_minimal: str | None = None  # why shrinking stopped before its end (None: it ran to the end)
+    shrink_line: str = ""           # how much shrinking the case had, and whether it ran to its end
 
 
 @dataclass
@@ -196,7 +201,7 @@ def _target(path: Path, where: str, body) -> TargetRow:
 
 
 def _finding(path: Path, where: str, body: dict, file: Path | None = None) -> FindingView:
-    from ..findings import Finding, replay_command
+    from ..findings import Finding, rate_line, replay_command
 
     try:
         f = Finding.from_json(body, path=file)
@@ -214,10 +219,11 @@ def _finding(path: Path, where: str, body: dict, file: Path | None = None) -> Fi
         failures=v.failures, reps=v.reps, rate_upper95=v.rate_upper95,
         first_bytes=list(v.mismatch.first) if v.mismatch else [],
         mismatch=v.mismatch.summary() if v.mismatch else None,
-        hazards=[_hazard(h.to_json()) for h in v.hazards], fault=v.fault, exception=v.exception,
+        hazards=[_hazard(h.to_json()) for h in v.hazards], fault=v.fault, exception=v.exception, compile=v.compile,
         gpu_lines=f.gpu_lines(), path=str(f.path) if f.path else None, replay=replay,
         examples_to_first=f.examples_to_first, seconds_to_first=f.seconds_to_first,
-        shrink_examples=f.shrink_examples)
+        shrink_examples=f.shrink_examples, deterministic=f.deterministic, rate_line=rate_line(v),
+        not_minimal=f.not_minimal, shrink_line=f.shrink_line())
 
 
 def _hazard(body: dict) -> dict:

@@ -6,7 +6,8 @@ are what the tests look for): ``summary``, ``targets`` (outcome, k/N and its
 95% bound, stop reason, the shrunk case; a bar chart), ``findings`` (each
 finding's case, evidence and replay command), ``coverage`` (features drawn,
 holes warned), ``race-map`` (GPU: failure rate over shift x size per warp
-count and delay) and ``throughput`` (examples per second over time).
+count and delay) and ``throughput`` (examples per second over time; past
+``OVERLAID`` targets, a small chart each, named, so no legend is cut off).
 """
 from __future__ import annotations
 
@@ -40,9 +41,10 @@ def _e(text) -> str:
 def _outcome(report: Report, t: TargetRow) -> tuple[str, str]:
     """(word, colour) of a target's outcome: for the zoo a caught bug is the good outcome."""
     if report.kind == "zoo":
-        if t.caught or t.finding is not None:
+        caught = t.finding is not None if t.caught is None else t.caught  # caught: a kind the row declares
+        if caught:
             return "caught", GOOD
-        return ("ESCAPED", BAD) if t.status == "clean" else (t.status, UNSURE)
+        return ("ESCAPED", BAD) if t.status == "clean" or t.finding is not None else (t.status, UNSURE)
     return t.status, {"finding": BAD, "clean": GOOD}.get(t.status, UNSURE)
 
 
@@ -85,7 +87,8 @@ def _summary(report: Report) -> str:
     examples = sum(t.examples for t in report.targets)
     what = {"zoo": "bug zoo", "session": "session", "crashes": "crash files"}.get(report.kind, report.kind)
     kpis = [("targets", n), ("examples", examples),
-            ("caught" if report.kind == "zoo" else "findings", f"{found} of {n}" if report.kind == "zoo" else found)]
+            ("caught", f"{sum(_outcome(report, t)[0] == 'caught' for t in report.targets)} of {n}")
+            if report.kind == "zoo" else ("findings", found)]
     if report.exit_code is not None:
         kpis.append(("exit code", report.exit_code))
     if holes:
@@ -95,6 +98,14 @@ def _summary(report: Report) -> str:
             f'<div class="muted">from {_e(report.source)}{"; " + meta if meta else ""}'
             f'{"; interrupted" if report.interrupted else ""}</div>'
             + "".join(f'<span class="kpi"><b>{_e(v)}</b>{_e(k)}</span>' for k, v in kpis) + "</header>")
+
+
+def _rejected(tally) -> str:
+    """The cases the target rejected (mambafuzz.reject) under its example count; the reasons on hover."""
+    if not tally.rejected:
+        return ""
+    reasons = "; ".join(f"{reason}: {n}" for reason, n in tally.reasons())
+    return f'<br><span class="muted" title="{_e(reasons)}">+{tally.rejected} rejected by the target</span>'
 
 
 def _targets_table(report: Report) -> str:
@@ -107,10 +118,14 @@ def _targets_table(report: Report) -> str:
         word, colour = _outcome(report, t)
         case = (f'<span class="case">{_e(t.finding.case_summary)}</span>' if t.finding
                 else f'<span class="muted">{_e(t.why or "")}</span>')
+        if t.finding and t.finding.not_minimal:
+            case += f' <span class="warn">(may not be minimal: {_e(t.finding.not_minimal)})</span>'
+        rate = (f"{t.finding.kind} (deterministic)" if t.finding and t.finding.deterministic
+                else _rate(t.failed_reps, t.reps, t.rate_upper95))
         cells = [f'<a href="#finding-{_e(t.target)}">{_e(t.target)}</a>' if t.finding else _e(t.target),
                  _e(t.contract), f'<span class="badge" style="background:{colour}">{_e(word)}</span>',
-                 _e(t.stop), f'<td class="num">{t.examples}</td>',
-                 f'<td class="num">{_e(_rate(t.failed_reps, t.reps, t.rate_upper95))}</td>',
+                 _e(t.stop), f'<td class="num">{t.examples}{_rejected(t.tally)}</td>',
+                 f'<td class="num">{_e(rate)}</td>',
                  f'<td class="num">{t.seconds:.1f} s</td>', case]
         if report.kind == "zoo":
             cells.insert(2, _e(t.bug or ""))
@@ -119,15 +134,21 @@ def _targets_table(report: Report) -> str:
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
+def _rate_text(f) -> str:
+    return f"{f.failures}/{f.reps} repetitions failed (rate <= {f.rate_upper95:.2g} at 95%)"
+
+
 def _finding(t: TargetRow) -> str:
     f = t.finding
     parts = [f'<article class="finding" id="finding-{_e(t.target)}">',
              f"<h3>{_e(t.target)}: {_e(f.kind)}</h3><p>{_e(f.summary)}</p>",
              f'<p><b>shrunk case</b> <span class="muted">({_e(f.case_hash)})</span>: '
              f'<span class="case">{_e(f.case_summary)}</span></p>',
-             f'<p class="muted">{f.failures}/{f.reps} repetitions failed (rate &lt;= {f.rate_upper95:.2g} at 95%); '
+             f'<p class="muted">{_e(f.rate_line if f.deterministic else _rate_text(f))}; '
              f"first seen at example {f.examples_to_first}, after {f.seconds_to_first:.2f} s; "
              f"{f.shrink_examples} shrink examples</p>"]
+    if f.not_minimal:
+        parts.append(f'<p class="warn"><b>may not be minimal</b>: {_e(f.not_minimal)}</p>')
     for line in f.gpu_lines:
         parts.append(f"<p>{_e(line)}</p>")
     if f.hazards:
@@ -150,7 +171,7 @@ def _finding(t: TargetRow) -> str:
                 parts.append(f'<tr><td class="num">{_e(b.get("offset"))}</td><td>{_e(b.get("where"))}</td>'
                              f"<td>{hexed(exp)}</td><td>{hexed(got)}</td></tr>")
             parts.append("</tbody></table>")
-    for label, text in (("fault", f.fault), ("exception", f.exception)):
+    for label, text in (("fault", f.fault), ("exception", f.exception), ("compile", f.compile)):
         if text:
             parts.append(f"<h4>{label}</h4><pre>{_e(text)}</pre>")
     if f.replay:
@@ -251,12 +272,16 @@ def _coverage_figure(go, report: Report):
     return fig
 
 
-def _throughput_figure(go, report: Report):
-    fig = go.Figure()
+OVERLAID = 4   # up to this many targets share one throughput chart; more get a small chart each
+PER_ROW = 3
+
+
+def _throughput_figure(go, make_subplots, report: Report):
+    """Examples per second over time: one chart with a legend for a few targets, else small multiples
+    (a chart per target, its name and mean rate as its title), so 17 targets stay readable."""
+    series = []
     for t in report.targets:
         points = t.tally.points()
-        if not points:
-            continue
         xs, ys, last = [], [], (0.0, 0)
         for when, n in points:
             dt = when - last[0]
@@ -265,12 +290,32 @@ def _throughput_figure(go, report: Report):
                 ys.append((n - last[1]) / dt)
             last = (when, n)
         if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=t.target))
-    if not fig.data:
+            series.append((t.target, xs, ys, last[1] / last[0] if last[0] > 0 else 0.0))
+    if not series:
         return None
-    fig.update_layout(title="Examples per second over time", xaxis_title="seconds since the target started",
-                      yaxis_title="examples / s", height=420, template="plotly_white",
-                      margin=dict(l=10, r=10, t=50, b=40))
+    title = "Examples per second over time"
+    if len(series) <= OVERLAID:
+        fig = go.Figure([go.Scatter(x=xs, y=ys, mode="lines+markers", name=name) for name, xs, ys, _ in series])
+        fig.update_layout(title=title, xaxis_title="seconds since the target started", yaxis_title="examples / s",
+                          height=420, template="plotly_white", margin=dict(l=10, r=10, t=50, b=40),
+                          legend=dict(orientation="h", y=-0.2))
+        return fig
+    rows = -(-len(series) // PER_ROW)
+    fig = make_subplots(rows=rows, cols=PER_ROW, subplot_titles=[f"{name} ({mean:.3g}/s)"
+                                                                 for name, _, _, mean in series],
+                        horizontal_spacing=0.06, vertical_spacing=min(0.3, 0.6 / rows))
+    for i, (name, xs, ys, _) in enumerate(series):
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=name, showlegend=False,
+                                 line=dict(color="#1565c0", width=1.5), marker=dict(size=4)),
+                      row=i // PER_ROW + 1, col=i % PER_ROW + 1)
+    fig.update_annotations(font_size=12)
+    fig.update_xaxes(rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
+    for col in range(1, PER_ROW + 1):
+        fig.update_xaxes(title_text="seconds since the target started", row=rows, col=col)
+    fig.update_yaxes(title_text="examples / s", col=1)
+    fig.update_layout(title=f"{title} (a chart per target: its name and mean rate above it)",
+                      height=170 * rows + 110, template="plotly_white", margin=dict(l=10, r=10, t=70, b=50))
     return fig
 
 
@@ -327,9 +372,13 @@ def _replay_files(report: Report) -> str:
     for row in report.files:
         v = row.get("verdict") or {}
         kn = f"{v.get('failures')}/{v.get('reps')}" if v else ""
+        detail = row.get("reason") or v.get("summary") or ""
+        if v and row.get("deterministic"):  # a recorded hazard, or a clean race check: no rate
+            kn = v.get("kind") or "clean"
+            detail = row.get("reason") or (v.get("summary") if v.get("kind") else row.get("line")) or detail
         rows.append(f"<tr><td>{_e(row.get('path'))}</td><td>{_e(row.get('target'))}</td>"
                     f"<td>{_e(row.get('status'))}</td><td class=\"num\">{_e(kn)}</td>"
-                    f"<td>{_e(row.get('reason') or v.get('summary') or '')}</td></tr>")
+                    f"<td>{_e(detail)}</td></tr>")
     return ('<table class="targets"><thead><tr><th>crash file</th><th>target</th><th>status</th><th>k/N</th>'
             "<th>detail</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
@@ -371,7 +420,7 @@ def render(report: Report) -> str:
         elif report.on_gpu or report.device == "cuda":
             parts.append('<section id="race-map"><h2>Race map</h2><p class="muted">no repetitions were binned'
                          "</p></section>")
-        throughput = _throughput_figure(go, report)
+        throughput = _throughput_figure(go, make_subplots, report)
         if throughput is not None:
             parts.append(f'<section id="throughput"><h2>Throughput</h2>{plot(throughput)}</section>')
     stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -103,15 +103,32 @@ HUGE_OFFSET = 1 << 31  # a block at or past 2 GiB: where 32-bit address arithmet
 HUGE_WRAP = (1 << 32) + (1 << 20)  # past 4 GiB: a 32-bit block offset wraps to a lower address in the arena
 
 
+def _straddle_stride(shape: dict, top: int) -> int | None:
+    """A block stride that starts block `top` below 2 GiB with an element of its data past it (the
+    element offset crosses, the block offset does not); None when the data is too short for that."""
+    elem = shape["elem_size"]
+    data = PoolLayout(offset=0, num_blocks=1, **shape).data_bytes
+    stride = (HUGE_OFFSET - 1) // top // elem * elem  # block `top` starts at most top x elem bytes short
+    start = top * stride
+    if stride < shape["block_stride"] or start >= HUGE_OFFSET or start + data - elem < HUGE_OFFSET:
+        return None
+    return stride
+
+
 def _used_stride(draw, shape: dict, ids: list[int], used: set[int], room: int) -> int | None:
     """A block stride that puts the highest block a request copies past a drawn offset (past 4 GiB
-    or just past 2 GiB) with all ``max(ids) + 2`` blocks inside `room` bytes; None if none fits."""
+    or just past 2 GiB: the block offset crosses), or half the time starts a block a request copies
+    below 2 GiB with its data crossing (the element offset: ``_straddle_stride``, the lowest such
+    block that fits), with all ``max(ids) + 2`` blocks inside `room` bytes; None if none fits."""
     top = max(used, default=0)
     if top <= 0:
         return None
+    straddle = not draw(st.booleans())  # (False first: Hypothesis draws it as often, shrinks towards True)
+    strides = [_straddle_stride(shape, b) for b in sorted(used) if b > 0] if straddle else []
     for target in (draw(st.sampled_from([HUGE_WRAP, HUGE_OFFSET])), HUGE_OFFSET):
-        stride = max(_align_up(-(-target // top), 64), shape["block_stride"])
-        if (max(ids) + 2) * stride <= room:
+        strides.append(max(_align_up(-(-target // top), 64), shape["block_stride"]))
+    for stride in strides:
+        if stride is not None and (max(ids) + 2) * stride <= room:
             return stride
     return None
 
@@ -122,19 +139,21 @@ def place_pools(draw, shapes: list[dict], tables: list[list[list[int]]], huge: b
 
     `huge` stretches the first state's block stride so that its highest block
     starts past 2 GiB (the engine materialises such pools sparsely); with
-    `used` (per group, the block ids requests copy from or to: the GPU
-    profiles) it stretches so that the highest used block starts past 2 GiB
-    or past 4 GiB instead, when that fits (``_used_stride``).
+    `used` (per group, the block ids requests copy from or to) it stretches
+    the first state whose requests copy a block above 0 so that the highest
+    used block starts past 2 GiB or past 4 GiB, or a used block's data crosses
+    2 GiB, instead, when that fits (``_used_stride``).
     """
     cursor = 64
     pools = []
+    first = 0 if used is None else next((i for i, s in enumerate(shapes) if max(used[s["group"]], default=0) > 0), 0)
     for i, shape in enumerate(shapes):
         ids = [b for row in tables[shape["group"]] for b in row]
-        if huge and i == 0 and max(ids) > 0:
+        if huge and i == first and max(ids) > 0:
             stride = None
             if used is not None:  # the other states' pools and the gaps must fit too
                 rest = sum((max(b for row in tables[o["group"]] for b in row) + 2) * o["block_stride"] + 136
-                           for o in shapes[1:])
+                           for k, o in enumerate(shapes) if k != i)
                 room = MAX_SPARSE_ARENA - rest - 256
                 stride = _used_stride(draw, shape, ids, used[shape["group"]], room)
             if stride is None:
@@ -277,7 +296,10 @@ def postprocess_cases(draw, profile: Profile) -> PostprocessCase:
         read = [int(d.src_col[r])] + ([int(d.src_col[r] + d.bias[r])] if has_temporal and d.bias[r] else [])
         copies.append((read, int(d.dst_col[r])))
     tables = draw(block_tables(groups, requests, cols, copies))
-    arena_size, pools = place_pools(draw, shapes, tables)
+    huge = draw(st.integers(0, profile.huge_one_in - 1)) == profile.huge_one_in - 1  # a pool past 2 GiB
+    used = [{t[r][c] for r, copy in enumerate(copies) if copy for c in (*copy[0], copy[1])} for t in tables] \
+        if profile.huge_used else None
+    arena_size, pools = place_pools(draw, shapes, tables, huge=huge, used=used)
     tiles = draw(num_tiles(profile))
     return PostprocessCase(arena_size=arena_size, pools=pools, block_tables=_freeze(tables), num_tiles=tiles,
                            seed=draw(st.integers(0, 2**32 - 1)), block_size=block_size,

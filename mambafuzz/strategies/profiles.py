@@ -16,12 +16,13 @@ or a batch row of up to ``wide_bytes``.  ``wide_one_in = 0`` draws none (the GPU
 profiles draw large cases anyway).
 
 Pools past 2 GiB (where 32-bit address arithmetic wraps, zoo ADDR-I32): one
-state-copy case in ``huge_one_in`` stretches its first state's blocks.  The CPU
-profile puts the highest block id just past 2 GiB, as it always has.  The GPU
-profiles (``huge_used``) draw it in one case of two and stretch so that a
-block a request actually copies starts past a drawn offset: 2 GiB (a 32-bit
-product goes negative: a fault) or past 4 GiB (it wraps to a lower address in
-the arena: wrong bytes), within the sparse arena limit (``strategies.pools``).
+state-copy or postprocess case in ``huge_one_in`` (CPU 3, GPU 2) stretches its
+first state's blocks so that a block a request actually copies
+(``huge_used``) starts past a drawn offset: 2 GiB (a 32-bit product goes
+negative: out of bounds, a fault on a GPU) or past 4 GiB (it wraps to a
+lower address in the arena: wrong bytes), or, half the time, starts below
+2 GiB with its data crossing it (the element offset), within the sparse arena
+limit (``strategies.pools``).  Slot buffers draw their own (``strategies.slots``).
 """
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ class Profile:
     wide_one_in: int = 0     # one state / batch row in this many is wide (spans several 1-4 KiB tiles); 0: never
     wide_bytes: int = 0      # largest wide SD conv or temporal state, and largest wide batch row
     wide_row_bytes: int = 0  # largest wide DS row
-    huge_one_in: int = 8     # one state-copy case in this many has a pool past 2 GiB
-    huge_used: bool = False  # stretch a block a request copies past a drawn 2 or 4+ GiB offset (GPU)
+    huge_one_in: int = 3     # one block-table case in this many has a pool past 2 GiB
+    huge_used: bool = True   # stretch a block a request copies past 2 GiB (else only the highest block id)
 
 
 def draw_wide(draw, profile: Profile) -> bool:
@@ -64,6 +65,6 @@ CPU = Profile("cpu", max_rows=6, max_copy_bytes=2200, copy_block=1024, max_reque
               max_dim=9, max_inner=6, max_tiles=16, wide_one_in=10, wide_bytes=12 * 1024 + 40,
               wide_row_bytes=4 * 1024 + 40)
 GPU = Profile("gpu", max_rows=256, max_copy_bytes=40_000, copy_block=1024, max_requests=16, max_cols=8,
-              max_dim=300, max_inner=64, max_tiles=16, max_state_len=1024, huge_one_in=2, huge_used=True)
+              max_dim=300, max_inner=64, max_tiles=16, max_state_len=1024, huge_one_in=2)
 GPU_AMP = dataclasses.replace(GPU, name="gpu-amp", amplify=True)
 PROFILES = {p.name: p for p in (CPU, GPU, GPU_AMP)}

@@ -10,10 +10,14 @@ graph's labels are spread over the slots by a permutation.
 
 ``chains="forbidden"`` draws no slot that is both a destination and a source
 (no chains, swaps, cycles or self-copies).  ``ill_posed=True`` adds a pair
-that writes an already written slot from another source.  One case in eight
-puts bytes of the first buffer past 2 GiB (a sparse image, cheap on the CPU
-too: what SLOT-I32 needs): layers 1.. past 2 GiB, or, on the GPU profiles,
-half the time the highest named slot of every layer.
+that writes an already written slot from another source.  One case in three
+(CPU; eight on a GPU) puts bytes of the first buffer past 2 GiB (a sparse
+image, cheap on the CPU too), one address term at a time, where a 32-bit
+product or sum wraps (``HUGE_TERMS``): the layer offset (layers 1.. past
+2 GiB), the slot offset (the highest named slot past 2 GiB: on the CPU by a
+slot number near 2^31 / slot stride, so no copy walks a huge stride; on the
+GPU by a huge stride) or the element offset (two layers and a slot each
+below 2 GiB whose sum is past it).
 """
 from __future__ import annotations
 
@@ -33,14 +37,16 @@ MAX_FANOUT = 8
 HUGE_OFFSET = 1 << 31           # a slot at or past 2 GiB: where 32-bit offsets wrap
 HUGE_LIMIT = 7 << 30            # keep a huge buffer inside the sparse arena limit (8 GiB)
 GAP = 64                        # bytes between buffers
+# the address terms a huge case puts past 2 GiB (features.py names the same ones)
+HUGE_TERMS = ("slot", "layer", "element")
 
 
 def _limits(profile: Profile) -> dict:
     """Pairs, destinations, layers and buffers per case: few on the CPU interpreter (every program is
-    interpreted), more on a GPU (races need many programs)."""
+    interpreted), more on a GPU (races need many programs); one case in `huge_one_in` past 2 GiB."""
     if profile.max_rows <= 16:  # the CPU profile
-        return {"pairs": 6, "children": 8, "layers": 3, "buffers": 2, "huge_slots": False}
-    return {"pairs": 48, "children": 256, "layers": 8, "buffers": 3, "huge_slots": True}
+        return {"pairs": 6, "children": 8, "layers": 3, "buffers": 2, "huge_slots": False, "huge_one_in": 3}
+    return {"pairs": 48, "children": 256, "layers": 8, "buffers": 3, "huge_slots": True, "huge_one_in": 8}
 
 
 @st.composite
@@ -121,7 +127,8 @@ def _huge(draw, shape: dict, slots: int, top: int, by_slot: bool) -> tuple[int, 
     By layer: layer 1 (and 2) start past 2 GiB, slots stay small.  By slot
     (GPU profiles only): slot `top` starts past 2 GiB, so each slot's stride
     is a fraction of 2 GiB; a kernel that copies whole strides (SLOT-PAD) then
-    moves gigabytes, which the interpreter cannot do in useful time.
+    moves gigabytes, which the interpreter cannot do in useful time (the CPU
+    gets there by slot number instead: ``_far_slot``).
     """
     if not by_slot:
         slot_stride, _ = _strides({**shape, "slot_major": False}, slots)
@@ -133,6 +140,44 @@ def _huge(draw, shape: dict, slots: int, top: int, by_slot: bool) -> tuple[int, 
     return slot_stride, layer_stride, layers
 
 
+def _far_slot(draw, term: str, shapes: list[dict]) -> int | None:
+    """The slot number that the highest named slot becomes, with `shapes[0]` set up for `term`.
+
+    slot: its offset in buffer 0 is past 2 GiB (``slot * slot_stride``); element:
+    buffer 0 has two layers, the slot's offset is about 1 GiB and the layer
+    stride just above it, so each term is below 2 GiB and their sum past it.
+    The strides stay small: a kernel copying whole strides moves kilobytes.
+    None when buffer 0's slot stride is 1 byte (the slot number would not
+    fit an int32 index).
+    """
+    if term == "element":
+        shapes[0].update(slot_major=False, layers=2)
+    slot_stride = _strides(shapes[0], 1)[0]
+    if slot_stride < 2:
+        return None
+    reach = HUGE_OFFSET if term == "slot" else HUGE_OFFSET // 2
+    return -(-reach // slot_stride) + draw(st.integers(0, 2))
+
+
+def _fit(shapes: list[dict], slots: int, room: int) -> list[dict]:
+    """The shapes whose buffers fit in `room` bytes together, layer-major ones with layers cut to fit
+    (the first always kept: it is the huge one)."""
+    kept = []
+    for b, shape in enumerate(shapes):
+        slot_stride, layer_stride = _strides(shape, slots)
+        if shape["slot_major"]:
+            need = slots * slot_stride + GAP
+        else:
+            layers = max(1, min(shape["layers"], room // layer_stride))
+            shape = {**shape, "layers": layers}
+            need = layers * layer_stride + GAP
+        if b and need > room:
+            continue
+        kept.append(shape)
+        room -= need
+    return kept
+
+
 @st.composite
 def slot_cases(draw, profile: Profile, forked: bool = False, chains: str = "allowed", ill_posed: bool = False):
     """A SlotCopyCase (or SlotForkCase with ``forked``) for ``profile``."""
@@ -142,15 +187,26 @@ def slot_cases(draw, profile: Profile, forked: bool = False, chains: str = "allo
     sources, children = draw(pair_graph(pairs, fanout, chains, ill_posed))
     src, dst, slots = _spread(draw, sources, children, draw(st.sampled_from([0, 1, 3])))
     top = max(src + [d for row in dst for d in row])
-    huge = draw(st.integers(0, 7)) == 7
-    by_slot = huge and top > 0 and lim["huge_slots"] and draw(st.booleans())
+    huge = draw(st.integers(0, lim["huge_one_in"] - 1)) == lim["huge_one_in"] - 1
+    term = draw(st.sampled_from(HUGE_TERMS)) if huge else None
+    if term == "slot" and lim["huge_slots"] and top == 0:
+        term = "layer"  # a huge stride needs a slot above 0
     n_buffers = draw(st.integers(1, lim["buffers"]))
+    shapes = [draw(slot_shape(profile, lim["layers"])) for _ in range(n_buffers)]
+    if term == "element" or (term == "slot" and not lim["huge_slots"]):
+        far = _far_slot(draw, term, shapes)
+        if far is None:
+            term = "layer"
+        else:  # the highest named slot renumbered; the slots above it stay above it
+            src, dst = [far if s == top else s for s in src], [[far if d == top else d for d in row] for row in dst]
+            slots, top = slots - top + far, far
+            shapes = _fit(shapes, slots, HUGE_LIMIT)
+    stretch = term == "layer" or (term == "slot" and lim["huge_slots"])  # buffer 0's strides
     cursor = GAP
     buffers = []
-    for b in range(n_buffers):
-        shape = draw(slot_shape(profile, lim["layers"]))
-        if huge and b == 0:
-            slot_stride, layer_stride, layers = _huge(draw, shape, slots, top, by_slot)
+    for b, shape in enumerate(shapes):
+        if b == 0 and stretch:
+            slot_stride, layer_stride, layers = _huge(draw, shape, slots, top, term == "slot")
         else:
             (slot_stride, layer_stride), layers = _strides(shape, slots), shape["layers"]
         elem = shape["elem"]

@@ -2,8 +2,7 @@
 1 KiB tiles, or a state copy that walks its tiles in the wrong order stays clean.
 
 The kernels (tests/style_kernels/state.py) loop over a size loaded from memory,
-which only Triton 3.7+ interpreters can run: the tests skip, saying so, where a
-tiny kernel of that shape fails.
+which mambafuzz makes Triton 3.5 and 3.6's interpreters run too (racecheck.hooks).
 """
 import json
 import subprocess
@@ -11,9 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-import triton
-import triton.language as tl
 
 from mambafuzz.contracts import StateCopyCase
 from mambafuzz.engine import run_case
@@ -21,29 +17,6 @@ from mambafuzz.oracle import PoolLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests.style_kernels.state:"
-
-
-@triton.jit
-def _loaded_bound_loop(n_ptr, out_ptr):
-    n = tl.load(n_ptr)
-    for i in range(0, n, 2):
-        tl.store(out_ptr + i // 2, i)
-
-
-def _loaded_bounds_run() -> str | None:
-    """None when this interpreter runs a loop over a loaded bound; else why not."""
-    out = torch.zeros(4, dtype=torch.int32)
-    try:
-        _loaded_bound_loop[(1,)](torch.tensor([7], dtype=torch.int32), out)
-    except Exception as exc:  # noqa: BLE001 - any failure means the kernels cannot run here
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return None if out.tolist() == [0, 2, 4, 6] else f"wrong result {out.tolist()}"
-
-
-_WHY = _loaded_bounds_run()
-needs_loaded_bounds = pytest.mark.skipif(
-    _WHY is not None, reason=f"Triton {triton.__version__}'s interpreter cannot run a loop bounded by a "
-                             f"value loaded from memory ({_WHY}); the style kernels need one")
 
 
 def _fuzz(fn: str, seed: int, tmp_path, *extra) -> tuple[int, dict]:
@@ -65,7 +38,6 @@ def _same_block_case(pool: PoolLayout) -> StateCopyCase:
                          src_cols=(0,), dst_cols=(0,), biases=(1,))
 
 
-@needs_loaded_bounds
 @pytest.mark.parametrize("pool, shows", [
     (PoolLayout("conv_sd", 0, 2, 8 * 9 * 8, 8, state_len=8, dim=9), False),        # a 504 B span: one tile
     (PoolLayout("conv_sd", 0, 2, 8 * 40 * 8, 8, state_len=8, dim=40), True),       # a 2240 B span shifted by 320 B
@@ -84,7 +56,6 @@ def test_the_bug_needs_a_same_block_shift_over_more_than_one_tile(pool, shows):
         assert verdict.kind == "mismatch"  # wrong bytes, and no race: the kernels keep their barriers
 
 
-@needs_loaded_bounds
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_wrong_tile_order_is_found_with_default_settings(seed, tmp_path):
     rc, report = _fuzz("tiled_state_copy_wrong_order", seed, tmp_path)
@@ -94,7 +65,6 @@ def test_wrong_tile_order_is_found_with_default_settings(seed, tmp_path):
     assert finding["examples_to_first"] <= 1000
 
 
-@needs_loaded_bounds
 def test_correct_tiled_state_copy_stays_clean(tmp_path):
     rc, report = _fuzz("tiled_state_copy", 1, tmp_path, "--max-examples", "150")
     assert rc == 0, report

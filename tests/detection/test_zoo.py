@@ -1,13 +1,18 @@
-"""Detection power, both directions: every zoo variant is caught on the CPU, and
-the correct kernels pass the same fuzzing with the race check on."""
+"""Detection power, both directions: every zoo variant is caught on the CPU, by a
+kind its row declares, and the correct kernels pass the same fuzzing with the
+race check on."""
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from mambafuzz import strategies
+from mambafuzz import cli, strategies
 from mambafuzz.kernels import registry, zoo
-from mambafuzz.engine import run_case
+from mambafuzz.engine import KINDS, run_case
 from mambafuzz.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.report import build
 
 RACY = {"BM-NOGUARD", "SD-SPAN", "DS-ROW", "PP-INPLACE"}  # right bytes in the interpreter: only the recorder sees them
 ZOO_IDS = [e.id for e in zoo.ZOO]
@@ -36,6 +41,7 @@ def test_every_zoo_variant_is_caught_and_shrunk(zoo_id, tmp_path):
     report = fuzz_target(target, _opts(tmp_path))
     f = report.finding
     assert f is not None, f"{zoo_id} escaped {report.examples} examples"
+    assert f.verdict.kind in zoo.entry(zoo_id).caught_as("cpu"), f.verdict.summary()
     if zoo_id in RACY:
         assert f.verdict.hazards, f.verdict.summary()
         assert {h.kind for h in f.verdict.hazards} & {"intra-program", "cross-program"}
@@ -48,6 +54,42 @@ def test_every_zoo_variant_is_caught_and_shrunk(zoo_id, tmp_path):
     else:
         assert f.case.num_requests == 1 and len(f.case.pools) <= 2, f.case.describe()
     assert f.path is not None and f.path.exists()
+
+
+def test_every_row_declares_the_kinds_that_catch_it():
+    for e in zoo.ZOO:
+        for device in ("cpu", "cuda"):
+            kinds = e.caught_as(device)
+            assert kinds and set(kinds) <= set(KINDS) and "exception" not in kinds, (e.id, device, kinds)
+        assert "race" not in e.gpu and "oob" not in e.gpu, e.id  # no recorder on a GPU
+
+
+def test_a_finding_of_another_kind_is_an_escape(tmp_path, monkeypatch, capsys):
+    """TAIL-DROP whose launcher raises is not caught: exit 1, ESCAPED in the table, caught false in JSON."""
+    def raises(src_ptrs, dst_ptrs, sizes, *, arena):
+        raise IndexError("the launcher's own bug")
+
+    broken = dataclasses.replace(registry.get("zoo.TAIL-DROP"), fn=raises)
+    monkeypatch.setitem(registry.TARGETS, "zoo.TAIL-DROP", broken)
+    monkeypatch.chdir(tmp_path)
+    argv = ["zoo", "--target", "zoo.TAIL-DROP", "--max-examples", "20", "--database", "none", "--seed", "1"]
+    assert cli.main(argv + ["--json"]) == 1
+    doc = capsys.readouterr().out
+    (row,) = json.loads(doc)["targets"]
+    assert (row["status"], row["finding"]["kind"], row["caught"], row["caught_as"]) == (
+        "finding", "exception", False, ["mismatch"])
+    (tmp_path / "zoo.json").write_text(doc)  # the report page says so too
+    build(tmp_path / "zoo.json", tmp_path / "zoo.html")
+    page = (tmp_path / "zoo.html").read_text()
+    assert ">ESCAPED<" in page and '"outcome": "ESCAPED"' in page and ">0 of 1</b>caught<" in page
+    assert cli.main(argv) == 1
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert "ESCAPED" in text and "exception, not mismatch" in text
+    assert ("ESCAPED zoo.TAIL-DROP: a finding of kind exception, but on cpu this bug is caught as mismatch "
+            "(exception: IndexError: the launcher's own bug") in " ".join(text.split())
+    assert lines[-1] == "0 of 1 zoo variants caught; escaped: zoo.TAIL-DROP (exception); exit 1"
+    assert max(map(len, lines)) <= 80, text
 
 
 @pytest.mark.parametrize("name", ["triton.batch_memcpy", "triton.state_copy", "triton.postprocess",

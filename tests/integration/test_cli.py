@@ -104,7 +104,7 @@ def test_state_copy_user_adapter_gets_the_documented_arguments(tmp_path):
 
 
 def test_smoke_passes_on_the_correct_kernels(tmp_path):
-    proc = mf("smoke", "--max-examples", "15", "--seed", "4", "--json", cwd=tmp_path)
+    proc = mf("smoke", "--max-examples", "15", "--seed", "4", "--time", "600", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     body = json.loads(proc.stdout)
     assert body["mode"] == "race"
@@ -171,3 +171,123 @@ def test_short_share_lines_only_for_time_stops_without_a_finding():
     text = " ".join(lines)
     assert "2 target(s)" in text and "zoo.BM-NOGUARD (4)" in text and "zoo.DS-ROW (13)" in text
     assert "ok (" not in text and all(len(line) <= 80 for line in lines)
+
+
+# ---------------------------------------------------------------- start-up, list, --json, signals
+def _loaded_by(*argv, cwd) -> dict:
+    """Run ``cli.main(argv)`` in a fresh interpreter: its exit code and which of torch, triton, numpy
+    and hypothesis it imported."""
+    import subprocess
+    import sys
+
+    from common import mf_env
+
+    code = ("import json, sys\nfrom mambafuzz.cli import main\n"
+            "try:\n    code = main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "print(json.dumps({'code': code, 'loaded': sorted(m for m in ('torch', 'triton', 'numpy', "
+            "'hypothesis') if m in sys.modules)}), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, env=mf_env(cwd), capture_output=True,
+                          text=True, timeout=300)
+    return json.loads(proc.stderr.strip().splitlines()[-1])
+
+
+def test_help_and_a_usage_error_import_neither_torch_nor_triton(tmp_path):
+    """--help (and argparse's own errors) parse without the contracts, the kernels or Hypothesis."""
+    assert _loaded_by("--help", cwd=tmp_path) == {"code": 0, "loaded": []}
+    # a command's own arguments need its contracts' options (numpy), still no torch or Triton
+    assert _loaded_by("fuzz", "--reps", "0", "--target", "x", cwd=tmp_path) == {"code": 2, "loaded": ["numpy"]}
+    assert _loaded_by("replay", "--help", cwd=tmp_path) == {"code": 0, "loaded": ["numpy"]}
+
+
+def test_list_has_a_devices_column_and_fits_80_columns_in_a_pipe(tmp_path):
+    proc = _mf("list", cwd=tmp_path)  # piped, COLUMNS=80
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    header = next(line for line in lines if "name" in line and "contract" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == ["name", "contract", "kind", "overlap", "devices"]
+    row = next(line for line in lines if "triton.batch_memcpy" in line and "│" in line)
+    assert [c.strip() for c in row.strip("│ ").split("│")] == ["triton.batch_memcpy", "batch_memcpy", "correct",
+                                                              "full", "cpu, cuda"]
+    # the prose and each zoo row's bug kind follow as plain lines, split between words only
+    text = " ".join(line.strip() for line in lines)
+    assert "zoo.TAIL-DROP [wrong]: u64 copy that drops the last size % 8 bytes" in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["fuzz", "--target", "triton.nope", "--json"],                  # the command's own check
+    ["fuzz", "--json", "--target", "x", "--reps", "0"],             # argparse's
+    ["smoke", "--json", "--crashes-dir", "{blocker}/sub"],
+    ["zoo", "--json", "--target", "zoo.NOPE"],
+    ["list", "--json", "--bogus"],
+    ["replay", "--json", "nothere.json"],                           # replay writes its own, only one
+])
+def test_every_json_run_prints_one_document_a_usage_error_too(tmp_path, argv):
+    (tmp_path / "blocker").write_text("")
+    argv = [a.replace("{blocker}", str(tmp_path / "blocker")) for a in argv]
+    proc = mf(*argv, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    body = json.loads(proc.stdout)  # the whole of stdout is one document
+    assert body["schema"] == 1 and body["command"] == argv[0] and body["exit_code"] == 2
+    assert body["error"] and body["targets" if argv[0] != "replay" else "files"] == []
+    assert body["interrupted"] is False
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0] == f"mambafuzz: error: {body['error']}", proc.stderr
+
+
+WRONG_KERNEL = '''
+def drop_last(src_ptrs, dst_ptrs, sizes, *, arena):
+    """Drops the last byte of every row: found at once."""
+    base = arena.data_ptr()
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        n = max(0, n - 1)
+        arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+'''
+
+
+def test_a_signal_after_the_summary_line_leaves_the_exit_code(tmp_path):
+    """Ctrl-C pressed (again and again) once `... exit 1` is printed, while the process shuts down
+    (torch's teardown takes seconds), neither turns exit 1 into 130 nor kills it with SIGINT."""
+    import signal
+    import time
+
+    from common import mf_popen
+
+    (tmp_path / "wrongk.py").write_text(WRONG_KERNEL)
+    proc = mf_popen("fuzz", "--target", "wrongk:drop_last", "--contract", "batch_memcpy", "--database", "none",
+                    "--shrink-time", "2", "--crashes-dir", "c", cwd=tmp_path)
+    summary = None
+    for line in proc.stdout:
+        if "; exit " in line:
+            summary = line
+            break
+    assert summary is not None and summary.rstrip().endswith("exit 1"), proc.communicate()
+    signals = 0
+    while proc.poll() is None and signals < 100:
+        proc.send_signal(signal.SIGINT)
+        signals += 1
+        time.sleep(0.05)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 1 and signals > 1, (proc.returncode, signals)
+
+
+def test_smoke_is_a_bounded_job_by_default():
+    from mambafuzz.cli import SMOKE_TIME, build_parser
+
+    args = build_parser().parse_args(["smoke"])
+    assert args.time == SMOKE_TIME <= 50 and args.max_examples == 60
+
+
+def test_a_smoke_too_short_for_its_targets_ends_on_time_and_says_so(tmp_path):
+    """--time split over every correct target: the run ends within its time plus start-up, and a
+    target that got fewer examples than a verdict needs is inconclusive, saying so (exit 3)."""
+    proc = mf("smoke", "--time", "6", "--database", "none", "--json", cwd=tmp_path)
+    body = json.loads(proc.stdout)
+    rows = body["targets"]
+    assert len(rows) == 9 and rows[0]["target"].startswith("torch."), [r["target"] for r in rows]
+    assert sum(r["seconds"] for r in rows) < 6 + 5, [(r["target"], r["seconds"]) for r in rows]
+    short = [r for r in rows if r["examples"] < r["min_examples"]]
+    assert short and body["exit_code"] == proc.returncode == 3, proc.stderr[-2000:]
+    for r in short:
+        assert r["status"] == "inconclusive" and (r["why"].startswith(f"only {r['examples']} valid example(s)")
+                                                  or r["why"].startswith("not run: --time (6 s) ran out")), r

@@ -3,7 +3,9 @@
 Each wrong variant of the examples/ adapters runs in a fresh pytest (a copy of the example and its
 conftest in a temp folder): it must fail with the witness or first differing bytes, the crash file,
 a `mambafuzz replay` command that replays it, and the test's rerun line; a second run must replay
-the saved case before fuzzing.
+the saved case before fuzzing.  A user's own kernel, defined when its test module is imported, shows
+what the options in effect decide: the rerun line repeats them and reproduces from another folder, a
+saved crash that cannot run without them is one line with the hint, and mambafuzz's frames stay hidden.
 """
 import os
 import re
@@ -92,3 +94,91 @@ def test_command_line_options_win_and_the_device_is_chosen_before_collection(tmp
     proc = _pytest(tmp_path, "-s", "test_opts.py", "--mambafuzz-device", "cpu", "--mambafuzz-examples", "6")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "RESULT 1 clean 6" in proc.stdout
+
+
+# A user's test file whose own kernel is defined when the module is imported (so the device option decides
+# compiled or interpreted): one program per row, one block of 64 bytes, so a longer row loses its tail.
+USER_TEST = '''
+import triton
+import triton.language as tl
+
+import mambafuzz
+
+
+@triton.jit
+def _copy(src_ptrs, dst_ptrs, sizes, BLOCK: tl.constexpr):
+    i = tl.program_id(0)
+    src = tl.load(src_ptrs + i).to(tl.pointer_type(tl.uint8))
+    dst = tl.load(dst_ptrs + i).to(tl.pointer_type(tl.uint8))
+    n = tl.load(sizes + i)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(src + offs, mask=offs < n)
+    tl.store(dst + offs, x, mask=offs < n)
+
+
+def tail_drop(src_ptrs, dst_ptrs, sizes):
+    if sizes.numel():
+        _copy[(sizes.numel(),)](src_ptrs, dst_ptrs, sizes, BLOCK=64)
+
+
+def test_tail_drop():
+    mambafuzz.check(tail_drop, "batch_memcpy", max_examples=100, seed=1, shrink_time=3)
+'''
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A folder with the user's test and the crash file its first run (device cpu) saved under crashes/."""
+    folder = tmp_path_factory.mktemp("corpus")
+    (folder / "test_user.py").write_text(USER_TEST)
+    first = _pytest(folder, "test_user.py", "--mambafuzz-device", "cpu", "--mambafuzz-examples", "40",
+                    "--mambafuzz-crashes", "crashes")
+    assert first.returncode == 1 and "breaks the batch_memcpy contract: mismatch" in first.stdout, \
+        first.stdout[-3000:] + first.stderr[-2000:]
+    (saved,) = (folder / "crashes").rglob("*.json")
+    return folder, first, saved
+
+
+@pytest.fixture(scope="module")
+def rerun(corpus):
+    """The printed rerun command, run as printed from another folder (pytest as `python -m pytest`)."""
+    folder, first, _ = corpus
+    (line,) = [ln.split("rerun: ", 1)[1] for ln in first.stdout.splitlines() if "rerun: " in ln]
+    words = shlex.split(line)
+    assert words[0] == "pytest"
+    return line, subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *words[1:]], cwd="/",
+                                env=_env(), capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.slow
+def test_the_rerun_line_names_every_option_in_effect_and_reproduces(corpus, rerun):
+    folder, _, saved = corpus
+    line, proc = rerun
+    assert line == (f"pytest {folder / 'test_user.py'}::test_tail_drop --mambafuzz-device cpu "
+                    f"--mambafuzz-examples 40 --mambafuzz-crashes {folder / 'crashes'}")
+    assert proc.returncode == 1 and "(a saved crash file, replayed before fuzzing, still fails)" in proc.stdout, \
+        proc.stdout[-3000:]
+    assert f"saved: {saved}" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_saved_crash_that_still_fails_shows_the_test_line_not_mambafuzz_frames(rerun):
+    out = rerun[1].stdout
+    assert "still fails" in out, out[-3000:]
+    assert "_replay_saved" not in out and "mambafuzz/api.py" not in out and "def check(" not in out, out
+    assert ">       mambafuzz.check(tail_drop" in out, out  # the test's own line
+    assert len(out.splitlines()) < 30, out
+
+
+@pytest.mark.slow
+def test_a_saved_crash_run_without_a_device_option_gives_one_line_with_the_hint(corpus):
+    folder, _, saved = corpus
+    proc = _pytest(folder, "test_user.py")  # the kernel is defined compiled; this CPU run cannot launch it
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
+    (line,) = [ln for ln in out.splitlines() if "could not be checked" in ln]
+    assert line.startswith("E ") and f"saved case {saved} could not be checked" in line
+    assert line.endswith("; your kernels were defined compiled: set TRITON_INTERPRET=1 "
+                         "(or pytest --mambafuzz-device cpu) before they are imported"), line
+    assert "The above exception was the direct cause" not in out and "_replay_saved" not in out, out
+    assert len(out.splitlines()) < 25, out

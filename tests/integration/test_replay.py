@@ -243,3 +243,55 @@ def test_check_database(tmp_path):
     assert (tmp_path / "db" / "sub").is_dir() and not list((tmp_path / "db" / "sub").iterdir())
     for fine in (None, "none", "NONE", "redis://localhost:1"):
         check_database(fine)
+
+
+def test_replay_keeps_paths_and_names_whole_at_80_columns_in_a_pipe(zoo_crash, tmp_path):
+    """The table holds short cells; each file's path is whole on its own line (it was folded inside
+    a table cell, `crashes/batch_me│mcpy/...`), its detail wrapped between words."""
+    work, crash = zoo_crash
+    twin = tmp_path / "a_second_folder_with_a_rather_long_name" / crash.name
+    twin.parent.mkdir()
+    twin.write_text(crash.read_text())
+    (tmp_path / "my_fixed_kernels.py").write_text(textwrap.dedent(FIXED_MODULE))
+    for against, status in ((["--against", "my_fixed_kernels:fixed"], "fixed"), ([], "still failing")):
+        proc = _mf("replay", str(crash), str(twin), *against, cwd=tmp_path)  # piped, COLUMNS=80
+        assert proc.returncode == (0 if against else 1), proc.stdout + proc.stderr
+        lines = proc.stdout.splitlines()
+        target = "my_fixed_kernels:fixed" if against else "zoo.TAIL-DROP"
+        for i, path in ((1, crash), (2, twin)):
+            assert f"{i} {path}" in lines, proc.stdout
+            row = next(line for line in lines if line.startswith(f"│ {i} │"))
+            assert [c.strip() for c in row.strip("│ ").split("│")][:3] == [str(i), target, status], row
+        assert all(len(line) <= 80 for line in lines if not line[:1].isdigit()), proc.stdout
+        if not against:  # the detail: the first differing bytes, after the path, split between words
+            after = lines[lines.index(f"1 {crash}") + 1:lines.index(f"2 {twin}")]
+            assert after and "bytes differ" in " ".join(x.strip() for x in after), after
+
+
+def _loaded_by(*argv, cwd) -> dict:
+    """``cli.main(argv)`` in a fresh interpreter: its exit code and which of torch and triton it imported."""
+    import subprocess
+    import sys
+
+    from common import mf_env
+
+    code = ("import json, sys\nfrom mambafuzz.cli import main\ncode = main(sys.argv[1:])\n"
+            "print(json.dumps({'code': code, 'loaded': sorted(m for m in ('torch', 'triton') if m in sys.modules)}),"
+            " file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, argv)], cwd=cwd, env=mf_env(cwd),
+                          capture_output=True, text=True, timeout=300)
+    return json.loads(proc.stderr.strip().splitlines()[-1])
+
+
+def test_report_never_imports_torch_or_triton_and_replay_not_before_a_kernel_runs(bad_folder, tmp_path):
+    work, folder = bad_folder
+    page = tmp_path / "page.html"
+    assert _loaded_by("report", folder / "good.json", "-o", page, cwd=work) == {"code": 0, "loaded": []}
+    assert page.stat().st_size > 0
+    # invalid files, an unknown --against: rows and exit 2, nothing of torch's or Triton's loaded
+    bad = _loaded_by("replay", folder / "notjson.json", folder / "reps_neg.json", cwd=work)
+    assert bad == {"code": 2, "loaded": []}
+    assert _loaded_by("replay", folder / "good.json", "--against", "nosuchmodule:fn", "--json",
+                      cwd=work) == {"code": 2, "loaded": []}
+    # the saved case run: the kernel and its interpreter load then
+    assert _loaded_by("replay", folder / "good.json", cwd=work) == {"code": 1, "loaded": ["torch", "triton"]}

@@ -98,7 +98,7 @@ def test_the_zoo_page_shows_every_row_its_shrunk_case_and_its_plots_in_chromium(
         article = findings.split(f'id="finding-{t["target"]}"')[1].split("</article>")[0]
         assert html.escape(f["case_summary"], quote=False) in article
         assert "mambafuzz replay " in article and f["case_hash"] in article
-        evidence = "witness" if f["kind"] == "race" else "first differing bytes"
+        evidence = "witness" if f["kind"] in ("race", "oob") else "first differing bytes"
         assert evidence in article, (t["target"], f["kind"])
     assert "zoo.BM-NOGUARD" in section(dom, "coverage")
     # plotly ran: a bar chart of outcomes, the coverage heatmap, the throughput lines
@@ -235,3 +235,33 @@ def test_fuzz_observe_writes_tyche_records_and_the_summary_prints_coverage(tmp_p
     assert {c["property"] for c in cases} == {"triton.batch_memcpy"}
     assert all({"overlap", "shift", "size", "verdict"} <= set(c["features"]) for c in passed)
     assert sys.executable  # the records are plain JSON lines, one object each (Tyche's format)
+
+
+def many_targets_report(n: int = 17) -> dict:
+    """A CPU fuzz report of `n` clean targets, each with examples over time at its own rate."""
+    targets = []
+    for i in range(n):
+        timeline = [[round(0.5 + j * (0.6 + i / 20), 3), (j + 1) * (3 + i)] for j in range(12)]
+        targets.append({"target": f"zoo.TARGET-{i:02d}", "contract": "batch_memcpy", "status": "clean",
+                        "stop": "time", "why": None, "examples": timeline[-1][1], "reps": timeline[-1][1],
+                        "failed_reps": 0, "seconds": timeline[-1][0], "finding": None, "timeline": timeline})
+    return {"schema": 1, "command": "fuzz", "device": "cpu", "mode": "race", "interrupted": False,
+            "exit_code": 0, "targets": targets}
+
+
+@needs_chromium
+@needs_plotly
+def test_the_throughput_of_17_targets_is_a_chart_each_named_with_no_legend_to_cut_off(tmp_path):
+    src = tmp_path / "many.json"
+    src.write_text(json.dumps(many_targets_report(17)))
+    page = tmp_path / "many.html"
+    assert mf("report", src, "-o", page, cwd=tmp_path).returncode == 0
+    throughput = section(dom_of(page, tmp_path), "throughput")
+    assert throughput.count('class="trace scatter') == 17
+    titles = re.findall(r'class="annotation-text"[^>]*data-unformatted="([^"]*)"', throughput)
+    assert sorted(t.split(" (")[0] for t in titles) == [f"zoo.TARGET-{i:02d}" for i in range(17)]
+    assert "zoo.TARGET-00 (5.07/s)" in titles                          # its mean rate: 36 examples in 7.1 s
+    assert 'class="legend"' not in throughput and 'class="scrollbox"' not in throughput
+    height = int(re.search(r'<svg class="main-svg"[^>]* height="(\d+)"', throughput)[1])
+    assert height >= 6 * 170                                           # 6 rows of 3, none squeezed
+    screenshot(page, tmp_path, "throughput-17.png", height=5200)

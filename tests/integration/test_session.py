@@ -196,3 +196,34 @@ def test_redis_that_does_not_answer_is_one_line(workdir):
 
 def test_more_gpus_than_present(workdir):
     one_line_error(mf("fuzz", "--target", "triton.*", "--gpus", "2", cwd=workdir), "--gpus")
+
+
+# ---------------------------------------------------------------- --time: one deadline, start-up not taken
+def test_a_short_time_is_fuzzing_time_not_start_up(workdir):
+    """--time 3 with one target in a worker: the worker's seconds of imports used to take the whole
+    share and report the target 'not run: ... used up by the targets before it' (there were none)."""
+    proc = mf("fuzz", "--target", "torch.batch_memcpy", "--time", "3", "--max-examples", "100000",
+              "--database", "none", "--json", cwd=workdir)
+    (row,) = json.loads(proc.stdout)["targets"]
+    assert row["stop"] == "time" and row["examples"] > 0, row
+    assert 2.5 <= row["seconds"] <= 3 + 3, row["seconds"]  # its share, less nothing, plus one example at most
+    assert "before it" not in (row["why"] or "")
+
+
+def test_a_deadline_shares_what_is_left_and_says_truly_why_a_target_did_not_run():
+    from mambafuzz.runner import Deadline
+
+    unlimited = Deadline()
+    assert unlimited.started() == unlimited and unlimited.share_end(3) is None and not unlimited.over()
+    waiting = Deadline(30.0)
+    assert waiting.end is None and waiting.share_end(3) is None  # its clock starts when fuzzing can
+    before = time.monotonic()
+    deadline = waiting.started()
+    assert before + 30 <= deadline.end <= time.monotonic() + 30
+    assert deadline.started() == deadline  # once fixed, every worker gets the same end
+    share = deadline.share_end(3) - time.monotonic()
+    assert 9.9 <= share <= 10.0  # an equal part of what is left, the target itself included
+    assert not deadline.over() and Deadline(1.0, end=time.monotonic() - 1).over()
+    assert Deadline(1.0, end=time.monotonic() - 1).share_end(2) <= time.monotonic()  # ends now, not before
+    assert deadline.not_run(2) == "not run: --time (30 s) ran out while the 2 target(s) before it ran"
+    assert deadline.not_run(0) == "not run: --time (30 s) ran out before its turn"

@@ -1,10 +1,11 @@
 """``batch_memcpy`` kernels in engine style, each correct or with one named bug.
 
 Engine style: the copy size is loaded from memory and bounds a
-``for i in range(0, size, BLOCK)`` loop (Triton 3.5/3.6 interpreters cannot run
-that), overlap guards use Python ``and``/``or`` on scalars, a ``tl.where``
-picks the walk direction, pointer arrays are uint64 or int64, sizes int32 and
-a program moves BLOCK = 1024 one-byte lanes at a time.
+``for i in range(0, size, BLOCK)`` loop (Triton 3.5/3.6 interpreters run that
+only under mambafuzz, which mends them), overlap guards use Python
+``and``/``or`` on scalars, a ``tl.where`` picks the walk direction, pointer
+arrays are uint64 or int64, sizes int32 and a program moves BLOCK = 1024
+one-byte lanes at a time.
 
 Adapters have the contract signature ``fn(src_ptrs, dst_ptrs, sizes, *,
 arena=None)`` (int64 tensors of absolute byte addresses, ``arena`` ignored)
@@ -18,6 +19,7 @@ and convert to what their kernel takes.
 | ``left_guard_misses_short`` | left | race | guard skips overlaps shorter than one block |
 | ``forward_on_right_overlap`` | full | mismatch | walks ascending when dst > src overlaps |
 | ``tail_dropped`` | full | mismatch | loop stops at the last whole block |
+| ``memmove_nc_sizes`` | full | inconclusive on the CPU | none; sizes read by inline PTX |
 """
 import torch
 import triton
@@ -178,6 +180,35 @@ def _guard_short_kernel(src_ptrs, dst_ptrs, sizes, BLOCK: tl.constexpr):
 
 
 # --------------------------------------------------------------------------
+# sizes read through inline PTX (no Triton interpreter runs inline assembly)
+# --------------------------------------------------------------------------
+@triton.jit
+def _memmove_nc_sizes_kernel(src_ptrs, dst_ptrs, sizes, BLOCK: tl.constexpr):
+    """The full memmove, its size read through the read-only data cache
+    (``ld.global.nc``) in inline PTX, as engines read launch metadata."""
+    pid = tl.program_id(0)
+    src = tl.load(src_ptrs + pid)
+    dst = tl.load(dst_ptrs + pid)
+    size = tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [sizes + pid],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+    left = dst < src and src < dst + size
+    right = src < dst and dst < src + size
+    src_p = src.to(tl.pointer_type(tl.uint8))
+    dst_p = dst.to(tl.pointer_type(tl.uint8))
+    lanes = tl.arange(0, BLOCK)
+    for i in range(0, size, BLOCK):
+        start = tl.where(right, size - BLOCK - i, i)
+        offs = start + lanes
+        mask = (offs >= 0) & (offs < size)
+        v = tl.load(src_p + offs, mask=mask)
+        if left or right:
+            tl.debug_barrier()
+        tl.store(dst_p + offs, v, mask=mask)
+        if left or right:
+            tl.debug_barrier()
+
+
+# --------------------------------------------------------------------------
 # contract adapters
 # --------------------------------------------------------------------------
 def _launch(kernel, src_ptrs, dst_ptrs, sizes, ptr_dtype):
@@ -216,3 +247,8 @@ def left_barrier_before_load(src_ptrs, dst_ptrs, sizes, *, arena=None):
 def left_guard_misses_short(src_ptrs, dst_ptrs, sizes, *, arena=None):
     """Bug: overlap guard misses overlaps shorter than one block (racy)."""
     _launch(_guard_short_kernel, src_ptrs, dst_ptrs, sizes, torch.int64)
+
+
+def memmove_nc_sizes(src_ptrs, dst_ptrs, sizes, *, arena=None):
+    """Correct memmove reading its sizes through inline PTX: inconclusive in every interpreter."""
+    _launch(_memmove_nc_sizes_kernel, src_ptrs, dst_ptrs, sizes, torch.uint64)

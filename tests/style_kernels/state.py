@@ -3,10 +3,10 @@ tile), every span walked in TILE = 1 KiB tiles of one-byte lanes.
 
 Engine style (vLLM copies state in 1 KiB blocks): sizes and strides are
 loaded from ``meta`` and bound ``for off in range(0, nbytes, TILE)`` loops
-(Triton 3.5/3.6 interpreters cannot run those), overlap guards are Python
-``and``/``or`` on scalars and a ``tl.where`` picks the walk direction.  Every
-tile is ``load; barrier; store; barrier``, so neither kernel has a race: the
-bug below gives wrong bytes and nothing else.
+(Triton 3.5/3.6 interpreters run those only under mambafuzz), overlap guards
+are Python ``and``/``or`` on scalars and a ``tl.where`` picks the walk
+direction.  Every tile is ``load; barrier; store; barrier``, so neither kernel
+has a race: the bug below gives wrong bytes and nothing else.
 
 Per state kind (``meta`` columns as in ARCHITECTURE.md "Contracts"):
 

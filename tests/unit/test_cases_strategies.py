@@ -177,9 +177,9 @@ def _copied_block_offsets(case):
 
 
 def test_gpu_profiles_copy_blocks_past_2_and_4_gib_often():
-    """zoo ADDR-I32 shows only when a copied block lies past 2 GiB (a fault) or past 4 GiB (wrong
-    bytes): the GPU profiles stretch a copied block there in about a third of state-copy cases (the
-    CPU profile only ever puts the highest block id just past 2 GiB, one case in eight)."""
+    """zoo ADDR-I32 shows only when a copied block lies past 2 GiB (a fault, out of bounds on the CPU)
+    or past 4 GiB (wrong bytes): the GPU profiles stretch a copied block there in about a third of
+    state-copy cases, the CPU profile (one case in three huge) in about one in eight."""
     from mambafuzz.contracts.pools import MAX_SPARSE_ARENA
     counts = {}
     for profile in (strategies.GPU_AMP, strategies.CPU):
@@ -193,14 +193,10 @@ def test_gpu_profiles_copy_blocks_past_2_and_4_gib_often():
             top = max(_copied_block_offsets(case))
             seen["2 GiB"] += top >= 1 << 31
             seen["4 GiB"] += top >= 1 << 32
-            if profile is strategies.CPU and case.arena_size > 1 << 31:  # the highest id, just past 2 GiB
-                pool = case.pools[0]
-                high = max(b for row in case.block_tables[pool.group] for b in row)
-                assert 1 << 31 <= high * pool.block_stride < (1 << 31) + 64 * high
         draw()
     gpu, cpu = counts["gpu-amp"], counts["cpu"]
     assert gpu["2 GiB"] >= gpu["cases"] // 5 and gpu["4 GiB"] >= gpu["cases"] // 10, counts
-    assert cpu["4 GiB"] == 0 and cpu["2 GiB"] <= cpu["cases"] // 4, counts
+    assert cpu["cases"] // 4 >= cpu["2 GiB"] >= cpu["cases"] // 10 and cpu["4 GiB"] >= cpu["cases"] // 40, counts
 
 
 def test_addr_i32_is_caught_on_a_gpu_profile_case_past_4_gib():

@@ -97,9 +97,18 @@ def test_correct_user_kernel_passes_the_same_fuzzing(tmp_path):
 
 
 def test_left_only_kernel_is_only_given_left_overlaps(tmp_path):
+    rows = []
+
+    def forward(src_ptrs, dst_ptrs, sizes, *, arena):
+        rows.extend(zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()))
+        _forward_bytes(src_ptrs, dst_ptrs, sizes, arena=arena)
+
     target = registry.Target(name="user.left", contract="batch_memcpy", kind="user", overlap="left",
-                             description="forward byte copy", fn=_forward_bytes)
-    assert fuzz_target(target, _opts(tmp_path, mode="compare", max_examples=80)).finding is None
+                             description="forward byte copy", fn=forward)
+    report = fuzz_target(target, _opts(tmp_path, mode="compare", max_examples=80))
+    assert report.finding is None and report.examples == 80 and not report.rejected
+    assert not [r for r in rows if r[0] < r[1] < r[0] + r[2]]  # never a right overlap
+    assert [r for r in rows if r[1] < r[0] < r[1] + r[2]]  # and left overlaps were drawn
 
 
 def test_replay_still_failing_then_fixed_against_the_correct_kernel(tmp_path):
@@ -169,34 +178,69 @@ def test_bad_crash_files_are_named(tmp_path, body, message):
     assert rows[0].status == "could not run" and message.split()[0] in rows[0].reason
 
 
+# Imports once, then per line on stdin forks a writer into that folder, prints its pid, and prints
+# "dead" once the test has killed it: each round's kill lands in a writer already writing.
 _WRITER = textwrap.dedent("""
+    import os
     import sys
     from pathlib import Path
     from mambafuzz.findings import atomic_write_json
     body = {"schema": 1, "payload": "x" * 200000}
-    i = 0
-    while True:
-        atomic_write_json(Path(sys.argv[1]) / f"c{i % 3}.json", body)
-        i += 1
+    for line in sys.stdin:
+        folder = Path(line.strip())
+        pid = os.fork()
+        if pid == 0:
+            i = 0
+            while True:
+                atomic_write_json(folder / f"c{i % 3}.json", body)
+                i += 1
+        print(pid, flush=True)
+        os.waitpid(pid, 0)
+        print("dead", flush=True)
 """)
 
 
 def test_kill_9_never_leaves_a_partial_crash_file(tmp_path):
-    for attempt in range(5):
-        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)])
-        time.sleep(0.3 + 0.07 * attempt)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        for path in tmp_path.glob("*.json"):
-            assert json.loads(path.read_text())["schema"] == 1  # whole, or not there at all
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    checked = []
+    try:
+        for attempt in range(8):
+            folder = tmp_path / str(attempt)
+            folder.mkdir()
+            proc.stdin.write(f"{folder}\n")
+            proc.stdin.flush()
+            pid = int(proc.stdout.readline())
+            end = time.monotonic() + 120
+            while not any(folder.glob("*.json")):  # the writer has written a file: it is in its loop
+                assert time.monotonic() < end, "the writer never wrote a file"
+                time.sleep(0.001)
+            time.sleep(0.003 * attempt)  # the kill lands at a different point of the write each round
+            os.kill(pid, signal.SIGKILL)
+            assert proc.stdout.readline() == "dead\n"
+            files = list(folder.glob("*.json"))
+            assert files  # a file seen before the kill is never taken away by it
+            for path in files:
+                assert json.loads(path.read_text())["schema"] == 1  # whole, or not there at all
+            checked += files
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert len(checked) >= 8
 
 
 def test_hypothesis_database_is_keyed_per_target(tmp_path):
-    """Two targets with one database do not replay each other's failures as their own."""
+    """Two targets with one database do not replay each other's failures: a correct kernel that replayed
+    TAIL-DROP's saved failures would pass them, and Hypothesis would delete them from the database."""
     zoo = registry.get("zoo.TAIL-DROP")
-    fuzz_target(zoo, _opts(tmp_path))
+    assert fuzz_target(zoo, _opts(tmp_path)).finding is not None
+    saved = {p for p in (tmp_path / "db").rglob("*") if p.is_file()}
+    assert saved  # the failure and its shrinks, under TAIL-DROP's key
     clean = fuzz_target(registry.get("triton.batch_memcpy"), _opts(tmp_path, max_examples=5))
-    assert clean.finding is None
+    assert clean.finding is None and clean.examples == 5
+    assert saved <= {p for p in (tmp_path / "db").rglob("*") if p.is_file()}  # none replayed, none deleted
+    again = fuzz_target(zoo, _opts(tmp_path, seed=7))
+    assert again.finding is not None and again.finding.examples_to_first == 1  # found through the database
 
 
 def test_a_cuda_fault_or_error_marks_the_context_lost_even_while_shrinking():

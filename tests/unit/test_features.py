@@ -286,3 +286,50 @@ def test_every_drawn_case_has_labels_from_the_bucket_lists(contract):
                 assert label in features.BUCKETS[name], (name, label)
 
     body()
+
+
+# ---------------------------------------------------------------- which address term passes 2 GiB
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("buf, src, label", [
+    (SlotBuffer(64, 2, 6, 12, 16, 96, 4), [5], "none"),
+    (SlotBuffer(64, 2, 2, 8, 8, 2 * GIB, 8), [1], "layer"),                         # layer 1 at 2 GiB
+    (SlotBuffer(64, 1, (1 << 28) + 1, 8, 8, 2 * GIB + 8, 8), [1 << 28], "slot"),     # slot 2^28 x 8 = 2 GiB
+    (SlotBuffer(64, 3, (1 << 28) + 1, 8, 8, 2 * GIB + 8, 8), [1 << 28], "layer,slot"),
+    # two layers 1.25 GiB apart, slot 2^27 at 1 GiB: neither term reaches 2 GiB, their sum does
+    (SlotBuffer(64, 2, (1 << 27) + 1, 8, 8, GIB + GIB // 4, 8), [1 << 27], "element"),
+    # the same slot ends 8 bytes short of 2 GiB in layer 1: nothing crosses
+    (SlotBuffer(64, 2, (1 << 27) + 1, 8, 8, GIB - 16, 8), [1 << 27], "none"),
+])
+def test_slot_features_name_the_address_term_past_2_gib(buf, src, label):
+    case = slots(src, [0], buffers=(buf,), arena=64 + buf.nbytes + 64)
+    assert feats(case)["past_2gib_by"] == label
+
+
+def test_pool_features_name_the_block_or_element_term_of_a_copied_block_past_2_gib():
+    def pool(stride):
+        return PoolLayout(kind="temporal", offset=64, num_blocks=3, block_stride=stride, elem_size=1, inner=(8,))
+
+    def term(stride, table, src=0, dst=1):
+        return feats(state_copy([pool(stride)], (table,), [src], [dst], [0], arena=3 * stride + 256))["past_2gib_by"]
+
+    assert term(GIB + 64, ((0, 2),)) == "block"              # block 2 at 2 GiB + 128
+    assert term(GIB - 2, ((0, 2),)) == "element"             # block 2 at 2 GiB - 4, its last byte past it
+    assert term(GIB - 8, ((0, 2),)) == "none"                # block 2 ends at 2 GiB - 9
+    # the highest block past 2 GiB but no request copies it: past_2gib says so, no term crosses
+    case = state_copy([pool(GIB + 64)], (((0, 1, 2),),), [0], [1], [0], arena=3 * (GIB + 64) + 256)
+    assert feats(case)["past_2gib"] == "yes" and feats(case)["past_2gib_by"] == "none"
+
+
+def test_a_run_that_never_crossed_by_one_term_is_warned_about():
+    t = Tally()
+    t.expect("slot_copy", profile=CPU)
+    assert t.expected["past_2gib_by"] == ("none", "layer", "slot", "element")
+    ok = Verdict(reps=1, failures=0, mode="race")
+    t.add(slots([1], [0], buffers=(SlotBuffer(64, 2, 2, 8, 8, 2 * GIB, 8),), arena=4 * GIB + 256), ok, 0.0)
+    t.add(slots([0], [1]), ok, 0.1)
+    assert t.never_drawn()["past_2gib_by"] == ["slot", "element"]
+    assert "past_2gib_by slot|element" in " ".join(features.warning_lines("t", t))
+    for contract in ("state_copy", "postprocess"):
+        assert features.expected_features(contract)["past_2gib_by"] == ("none", "block", "element")

@@ -460,12 +460,13 @@ def _call(ib, hook, positional, **given):
     return getattr(ib, hook)(**values)
 
 
-def _issue(ib, op, site, addrs, mask, size):
-    """One access through the hooks; site 0 calls by keyword, site 1 by position."""
+def _issue(ib, op, site, addrs, mask, size, fill=1):
+    """One access through the hooks; site 0 calls by keyword, site 1 by position.  A store writes
+    `fill` into every byte."""
     tt, nt = _TYPES[size]
     ptr = _interp.TensorHandle(np.ascontiguousarray(addrs, dtype=np.uint64), tl.pointer_type(tt))
     m = _interp.TensorHandle(np.ascontiguousarray(mask, dtype=bool), tl.int1)
-    val = _interp.TensorHandle(np.ones(addrs.shape, dtype=nt), tt)
+    val = _interp.TensorHandle(np.full(addrs.size * size, fill, dtype=np.uint8).view(nt).reshape(addrs.shape), tt)
     if op == "load":
         _call(ib, "create_masked_load", site == 1, ptrs=ptr, mask=m)
     elif op == "store":
@@ -478,6 +479,7 @@ def _issue(ib, op, site, addrs, mask, size):
 def _random_launch(rng, ib, base, n_programs):
     """Issue a random launch through the hooks; return the byte-level model."""
     model = []   # (byte, program, epoch, (shape, lane), op, line site, elem address, size)
+    issued = 0
     ib.set_grid_dim(n_programs, 1, 1)
     for p in range(n_programs):
         ib.set_grid_idx(p, 0, 0)
@@ -504,7 +506,10 @@ def _random_launch(rng, ib, base, n_programs):
             mask = rng.random(n) < 0.8
             addrs = (base + offs).astype(np.uint64).reshape(shape if shape else (1,))
             site = int(rng.integers(0, 2))
-            _issue(ib, op, site, addrs, mask.reshape(addrs.shape), size)
+            # each access its own fill byte in a zeroed buffer: every store changes every byte it writes
+            # (same-value stores are tested on their own)
+            issued += 1
+            _issue(ib, op, site, addrs, mask.reshape(addrs.shape), size, fill=issued)
             lane_shape = () if shape in ((), (1,)) else shape
             for lane in np.flatnonzero(mask):
                 a = int(addrs.reshape(-1)[lane])
@@ -542,6 +547,7 @@ def test_random_patterns_match_brute_force():
     ib = _interp.interpreter_builder
     seen = set()
     for trial in range(300):
+        buf.zero_()
         with RaceRecorder({"buf": (base, 64)}, max_hazards=1000) as rec:
             model = _random_launch(rng, ib, base, int(rng.integers(1, 4)))
         expect = _brute_force(model)
@@ -850,10 +856,10 @@ def test_fence_union_of_regions():
     assert regions.first_outside(np.array([5000], dtype=np.int64), 1) == 0
     assert regions.locate(1020) == ("b", 4) and regions.address_text(1020) == "b+4"
     assert regions.address_text(1036) == hex(1036)
-    regions.add_launch_storage("clone", 1040, 8)            # known: not added again
+    assert not regions.add_storage("clone", 1040, 8)        # known: not added again
     assert [n for n, _, _ in regions.named] == ["a", "b", "c", "empty"]
     unfenced = Regions()
-    unfenced.add_launch_storage("clone", 0, 8)              # no fence asked for: stays off
+    assert not unfenced.add_storage("clone", 0, 8)          # no fence asked for: stays off
     assert not unfenced.fenced
 
 
@@ -879,3 +885,144 @@ def test_event_store_keeps_active_lanes_and_refuses_before_storing():
     assert (h.kind, h.address, h.first.lane, h.first.op) == ("out-of-bounds", 130, 1, "store")
     assert "buf [0x64, +32)" in h.explanation
     assert store.stats == {"launches": 0, "programs": 1, "events": 2, "accesses": 4, "bytes": 7}
+
+
+# --------------------------------------------------------------------------
+# memory allocated while recording, freed memory, the oob witness's words
+# --------------------------------------------------------------------------
+class _Ref:
+    """A stand-in for StorageWeakRef: expired() is what the test says."""
+
+    def __init__(self):
+        self.dead = False
+
+    def expired(self):
+        return self.dead
+
+
+def test_regions_drop_freed_storages_at_prune_and_name_them():
+    regions = Regions()
+    regions.add("arena", 1000, 64)
+    ref = _Ref()
+    assert regions.add_storage("alloc#1 uint8[32] at a.py:3", 2000, 32, ref)
+    assert regions.first_outside(np.array([2000, 2024], dtype=np.int64), 8) == -1
+    ref.dead = True
+    assert not regions.knows(2000, 32)                # freed: no longer known, still fenced until prune
+    regions.prune()
+    assert [n for n, _, _ in regions.named] == ["arena"]
+    assert regions.first_outside(np.array([2008], dtype=np.int64), 1) == 0
+    assert regions.outside_text(2008, 1) == "inside alloc#1 uint8[32] at a.py:3 [0x7d0, +32), freed before this launch"
+    regions.prune()                                   # nothing more to drop; case regions never expire
+    assert [n for n, _, _ in regions.named] == ["arena"]
+
+
+def test_regions_register_again_an_address_the_allocator_reused():
+    regions = Regions()
+    regions.add("arena", 1000, 64)
+    old, new = _Ref(), _Ref()
+    regions.add_storage("alloc#1", 2000, 32, old)
+    old.dead = True                                   # freed, and the same bytes handed out again
+    assert regions.add_storage("alloc#2", 2000, 32, new)
+    regions.prune()
+    assert [n for n, _, _ in regions.named] == ["arena", "alloc#2"]
+    assert regions.first_outside(np.array([2000], dtype=np.int64), 8) == -1
+
+
+def test_outside_text_says_where_a_refused_access_lies():
+    regions = Regions()
+    regions.add("a", 0x10000, 16)
+    regions.add("b", 0x20000, 8)
+    assert regions.outside_text(0x10010, 4) == "right after the end of a [0x10000, +16)"
+    assert regions.outside_text(0x10014, 1) == "4 byte(s) after the end of a [0x10000, +16)"
+    assert regions.outside_text(0x20000 - 10, 2) == "8 byte(s) before b [0x20000, +8)"
+    assert regions.outside_text(0x1000c, 8) == "offset 12 of a [0x10000, +16), running 4 byte(s) past its end"
+    assert regions.outside_text(8, 1) == "a null pointer's page"
+    assert regions.outside_text(1 << 60, 1) == "far from every region"
+
+
+def _tmp_address_store(arena, tmp):
+    store_wild[(1,)](arena, ADDR=tmp.data_ptr() + 3)
+
+
+def test_recorder_knows_memory_allocated_while_recording():
+    from mambafuzz import adapters
+    from mambafuzz.racecheck import recording
+
+    arena = make_arena()
+    before = torch.zeros(8, dtype=torch.uint8)
+    with RaceRecorder({"arena": (arena.data_ptr(), arena.numel())}) as rec:
+        assert recording() is rec
+        tmp = torch.zeros(8, dtype=torch.uint8)      # reached only through a constant address
+        _tmp_address_store(arena, tmp)
+    assert recording() is None and rec.hazards == [] and tmp[3] == arena[0]
+    name = rec.regions.locate(tmp.data_ptr() + 3)[0]
+    assert name.startswith("alloc#") and " uint8[8] at tests/unit/test_racecheck.py:" in name
+    with pytest.raises(OutOfBoundsAccess):           # made before the recording: unknown
+        with RaceRecorder({"arena": (arena.data_ptr(), arena.numel())}):
+            _tmp_address_store(arena, before)
+    with RaceRecorder({"arena": (arena.data_ptr(), arena.numel())}) as rec:
+        adapters.add_region("before", before)        # handed over: known
+        _tmp_address_store(arena, before)
+    assert rec.hazards == [] and rec.regions.locate(before.data_ptr()) == ("before", 0)
+    with pytest.raises(OutOfBoundsAccess) as info:   # allocated, then freed before the launch
+        with RaceRecorder({"arena": (arena.data_ptr(), arena.numel())}):
+            gone = torch.zeros(4096, dtype=torch.uint8)
+            address = gone.data_ptr()
+            del gone
+            store_wild[(1,)](arena, ADDR=address)
+    assert "freed before this launch" in info.value.hazard.explanation
+    assert patched_names() == set()
+
+
+# --------------------------------------------------------------------------
+# same-value stores: a store that leaves its bytes as they were cannot corrupt a reader
+# --------------------------------------------------------------------------
+def test_rule_same_value_is_per_byte_and_a_changing_witness_is_preferred():
+    # program 0 stores a u64 at 0 changing only its byte 0 (bitmask 0b1), and a u8 at 16 changing it;
+    # program 1 loads bytes 3 and 0 (line 0), and byte 16 (line 2).  Line pair (store 1, load 0): the
+    # lowest shared byte is 0, changed: a witness that can change bytes.
+    events = [("store", 0, 1, 0, 8, 1, [0]), ("store", 0, 1, 0, 1, 1, [16]),
+              ("load", 1, 2, 0, 1, 0, [3]), ("load", 1, 2, 0, 1, 0, [0]), ("load", 1, 2, 0, 1, 2, [16])]
+    base = flat_launch(*events)
+    changed = np.array([0b1, 1, 0, 0, 0], dtype=np.int64)
+    flat = rules.FlatLaunch(**{**base.__dict__, "changed": changed})
+    cross = rules.find_hazards(flat).cross_program
+    assert conflicts(cross) == ([0, 1], [3, 4], [0, 16]) and cross.same().tolist() == [False, False]
+    # byte 0 left as it was too: the line pair's only witness is same-value (byte 0, the lowest)
+    flat = rules.FlatLaunch(**{**base.__dict__, "changed": np.array([0, 1, 0, 0, 0], dtype=np.int64)})
+    cross = rules.find_hazards(flat).cross_program
+    assert conflicts(cross) == ([0, 1], [3, 4], [0, 16]) and cross.same().tolist() == [True, False]
+    # only byte 3 of the u64 changed: the load of byte 3 is the witness, the load of byte 0 is not
+    flat = rules.FlatLaunch(**{**base.__dict__, "changed": np.array([0b1000, 1, 0, 0, 0], dtype=np.int64)})
+    cross = rules.find_hazards(flat).cross_program
+    assert conflicts(cross) == ([0, 1], [2, 4], [3, 16]) and cross.same().tolist() == [False, False]
+    # no values known: every store changes every byte (the rules as before)
+    assert rules.find_hazards(base).cross_program.same().tolist() == [False, False]
+
+
+def test_the_recorder_ranks_hazards_that_change_bytes_first_and_upgrades_a_line_pair():
+    buf = torch.zeros(128, dtype=torch.uint8)
+    base = (buf.data_ptr() + 63) // 64 * 64
+    ib = _interp.interpreter_builder
+
+    def one(p, op, site, offset, fill=0):
+        ib.set_grid_idx(p, 0, 0)
+        _issue(ib, op, site, np.array([base + offset], dtype=np.uint64), np.array([True]), 1, fill=fill)
+
+    with RaceRecorder({"buf": (base, 64)}) as rec:
+        ib.set_grid_dim(2, 1, 1)
+        one(0, "store", 0, 8)                   # a zero stored over a zero (site 0) ...
+        one(1, "load", 0, 8)                    # ... read by program 1
+        one(0, "store", 1, 40, fill=7)          # a 7 over a zero (site 1), read by program 1
+        one(1, "load", 1, 40)
+    first, second = rec.hazards
+    assert (first.offset, first.same_value, second.offset, second.same_value) == (40, False, 8, True)
+    assert "already there" in second.explanation and "already there" not in first.explanation
+    assert first.to_json()["same_value"] is False and second.to_json()["same_value"] is True
+    with RaceRecorder({"buf": (base, 64)}) as rec:
+        for offset, fill in ((8, 0), (16, 5)):  # the same line pair, same-value in launch 1, changing in 2
+            ib.set_grid_dim(2, 1, 1)
+            one(0, "store", 0, offset, fill=fill)
+            one(1, "load", 0, offset)
+    (h,) = rec.hazards
+    assert (h.offset, h.same_value) == (16, False)
