@@ -37,12 +37,15 @@ def test_a_kernel_that_does_not_compile_for_one_input_is_a_compile_finding(tmp_p
 
 
 def test_the_cli_reports_a_compile_finding_and_still_judges_the_other_target(tmp_path):
-    from common import mf
+    import os
+
+    from common import ROOT, mf
 
     out = mf("fuzz", "--target", "style_kernels.compile_check:widened_count_launch", "--target",
              "triton.batch_memcpy", "--contract", "batch_memcpy", "--overlap", "left", "--device", "cuda",
              "--reps", "10", "--max-examples", "30", "--seed", "1", "--database", "none", "--json",
-             "--crashes-dir", tmp_path / "crashes", cwd=tmp_path)
+             "--crashes-dir", tmp_path / "crashes", cwd=tmp_path,
+             pythonpath=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
     doc = json.loads(out.stdout)
     by_name = {t["target"]: t for t in doc["targets"]}
