@@ -132,3 +132,13 @@ def precompile_probe(task, job, state):
     name = f"{task.entry['spec']}-{task.perturb}-{os.getpid()}-{state['n']}"
     (Path(job["dir"]) / name).write_text("done")
     return None
+
+
+def eager_capture(body, warmup):
+    """A stand-in for cuda_capture on the CPU: warm up once, then each replay runs the body."""
+    warmup()
+
+    class Eager:
+        def replay(self):
+            body()
+    return Eager()

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 import mambafuzz
-from common import mf
+from common import eager_capture, mf
 from mambafuzz import cli, cross, engine, findings, gpu_reps, replay
 from mambafuzz.contracts import BatchCopyCase
 from mambafuzz.errors import Inconclusive, InternalError, MambafuzzError, Rejected, UsageError, rejection
@@ -42,16 +42,6 @@ def never(src_ptrs, dst_ptrs, sizes):
     """Supports nothing."""
     raise mambafuzz.Rejected("not in this build")
 '''
-
-
-def eager_capture(body, warmup):
-    """A stand-in for cuda_capture on the CPU (as in test_gpu_reps): warm up once, each replay runs the body."""
-    warmup()
-
-    class Eager:
-        def replay(self):
-            body()
-    return Eager()
 
 
 def correct(src_ptrs, dst_ptrs, sizes):

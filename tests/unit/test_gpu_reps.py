@@ -23,6 +23,7 @@ for p in (ROOT,):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from common import eager_capture  # noqa: E402
 from mambafuzz import kernels  # noqa: E402
 from mambafuzz.kernels import registry  # noqa: E402
 from mambafuzz.kernels import check as check_module  # noqa: E402
@@ -409,16 +410,6 @@ def test_check_restore_rejects_bad_buffers():
 # --------------------------------------------------------------------------
 # run_reps end to end (interpreter: loop mode and a fake eager "graph")
 # --------------------------------------------------------------------------
-def eager_capture(body, warmup):
-    """A stand-in for cuda_capture on the CPU: warm up once, then each replay runs the body."""
-    warmup()
-
-    class Eager:
-        def replay(self):
-            body()
-    return Eager()
-
-
 def _left(rows, size, shift, arena_pad=64):
     copies, base = [], 64
     for _ in range(rows):
