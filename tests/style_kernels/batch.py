@@ -40,12 +40,9 @@ def _memmove_kernel(src_ptrs, dst_ptrs, sizes, BLOCK: tl.constexpr):
     the pieces of one copy for the language as well.
     """
     pid = tl.program_id(0)
-    _memmove_one(tl.load(src_ptrs + pid), tl.load(dst_ptrs + pid), tl.load(sizes + pid), BLOCK)
-
-
-@triton.jit
-def _memmove_one(src, dst, size, BLOCK: tl.constexpr):
-    """memmove `size` bytes from address `src` to address `dst` (the loop bound is loaded)."""
+    src = tl.load(src_ptrs + pid)
+    dst = tl.load(dst_ptrs + pid)
+    size = tl.load(sizes + pid)
     left = dst < src and src < dst + size
     right = src < dst and dst < src + size
     src_p = src.to(tl.pointer_type(tl.uint8))
@@ -194,7 +191,21 @@ def _memmove_nc_sizes_kernel(src_ptrs, dst_ptrs, sizes, BLOCK: tl.constexpr):
     dst = tl.load(dst_ptrs + pid)
     size = tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [sizes + pid],
                                      dtype=tl.int32, is_pure=True, pack=1)
-    _memmove_one(src, dst, size, BLOCK)
+    left = dst < src and src < dst + size
+    right = src < dst and dst < src + size
+    src_p = src.to(tl.pointer_type(tl.uint8))
+    dst_p = dst.to(tl.pointer_type(tl.uint8))
+    lanes = tl.arange(0, BLOCK)
+    for i in range(0, size, BLOCK):
+        start = tl.where(right, size - BLOCK - i, i)
+        offs = start + lanes
+        mask = (offs >= 0) & (offs < size)
+        v = tl.load(src_p + offs, mask=mask)
+        if left or right:
+            tl.debug_barrier()
+        tl.store(dst_p + offs, v, mask=mask)
+        if left or right:
+            tl.debug_barrier()
 
 
 # --------------------------------------------------------------------------

@@ -101,7 +101,9 @@ def test_cpu_profile_draws_spans_over_several_tiles():
         seen.add(name)
         biggest[name] = max(biggest.get(name, 0), value)
 
-    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    # 600: one case in three now stretches a pool past 2 GiB, and a temporal state over several tiles
+    # (about 2% of cases) was drawn 0 times in this test's 400 derandomised examples
+    @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(strategies.for_contract("state_copy"))
     def pools(case):
         tables = np.asarray(case.block_tables)
@@ -165,15 +167,18 @@ def test_impossible_case_is_a_clear_error():
         materialize(case, "cpu")
 
 
-def _copied_block_offsets(case):
-    """Byte offsets (from its pool's start) of the first state's blocks that requests copy from or to."""
-    pool = case.pools[0]
-    table = case.block_tables[pool.group]
-    cols = len(table[0])
-    used = {table[r][c] for r, (s, d, b) in enumerate(zip(case.src_cols, case.dst_cols, case.biases))
-            if b or table[r][s] != table[r][d]  # a block copied onto itself unshifted moves nothing
-            for c in (s, d, s + b) if c < cols}
-    return [blk * pool.block_stride for blk in used] or [0]
+def _copied_block_offsets(case, pools=1):
+    """Byte offsets (from its pool's start) of the blocks that requests copy from or to, in the first
+    `pools` states (None: every state)."""
+    offsets = []
+    for pool in case.pools[:pools]:
+        table = case.block_tables[pool.group]
+        cols = len(table[0])
+        used = {table[r][c] for r, (s, d, b) in enumerate(zip(case.src_cols, case.dst_cols, case.biases))
+                if b or table[r][s] != table[r][d]  # a block copied onto itself unshifted moves nothing
+                for c in (s, d, s + b) if c < cols}
+        offsets += [blk * pool.block_stride for blk in used]
+    return offsets or [0]
 
 
 def test_gpu_profiles_copy_blocks_past_2_and_4_gib_often():
@@ -203,10 +208,11 @@ def test_addr_i32_is_caught_on_a_gpu_profile_case_past_4_gib():
     from hypothesis import find
 
     from mambafuzz.engine import run_case
-    from mambafuzz.kernels import registry
-    def wraps(c):  # a copied block past 4 GiB, none between 2 and 4 GiB (that one would fault)
-        offsets = _copied_block_offsets(c)
-        return max(offsets) >= 1 << 32 and not any(1 << 31 <= o < 1 << 32 for o in offsets)
+    from mambafuzz.kernels import registry, zoo
+
+    def wraps(c):  # a copied block past 4 GiB whose 32-bit offset is still positive: none that faults
+        offsets = _copied_block_offsets(c, pools=None)  # the stretched pool need not be the first
+        return max(offsets) >= 1 << 32 and all(o % (1 << 32) < 1 << 31 for o in offsets)
 
     import random
     # a fixed search (such cases are about 1 in 30 draws; an unseeded 500-draw search once found none)
@@ -215,4 +221,5 @@ def test_addr_i32_is_caught_on_a_gpu_profile_case_past_4_gib():
                                   database=None))
     assert not run_case(registry.get("triton.state_copy").fn, case, "cpu").failed
     v = run_case(registry.get("zoo.ADDR-I32").fn, case, "cpu")
-    assert v.failed and v.kind == "mismatch", v.summary()
+    # wrong bytes where the wrapped offset lands in the arena, out of bounds where it lands before it
+    assert v.failed and v.kind in zoo.entry("ADDR-I32").caught_as("cpu"), v.summary()

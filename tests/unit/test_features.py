@@ -10,7 +10,7 @@ from mambafuzz import features
 from mambafuzz.contracts import BatchCopyCase, PostprocessCase, StateCopyCase
 from mambafuzz.contracts.slot_copy import SlotCopyCase
 from mambafuzz.contracts.slot_fork import SlotForkCase
-from mambafuzz.engine import Verdict
+from mambafuzz.engine import SavedHazard, Verdict
 from mambafuzz.features import Tally, features as feats
 from mambafuzz.oracle import PoolLayout, SlotBuffer
 from mambafuzz.strategies import CPU, GPU_AMP
@@ -217,7 +217,7 @@ def test_shrinking_candidates_add_their_rates_to_the_race_map_but_not_to_coverag
 def test_a_hazard_without_wrong_bytes_counts_as_one_failing_repetition():
     t = Tally()
     t.expect("batch_memcpy", device="cuda")
-    v = Verdict(reps=1, failures=0, mode="race", hazards=["witness"])
+    v = Verdict(reps=1, failures=0, mode="race", hazards=[SavedHazard({"kind": "intra-program"})])
     t.add(batch((16, 8, 24)), v, 0.0)
     assert list(t.cells.values()) == [[1, 1]]
 
