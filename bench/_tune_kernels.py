@@ -3,7 +3,7 @@ the device is chosen: ``@triton.jit`` reads ``TRITON_INTERPRET``)."""
 import triton
 import triton.language as tl
 
-from mambafuzz.kernels.check import _chunk_sum
+from mambafuzz.judge.check import _chunk_sum
 
 
 @triton.jit

@@ -31,12 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))  # racy_cases: the GPU geometries the tests share
 # --cpu-smoke (hidden): the same loop through the interpreter on tiny cases, to check the script
 # itself on a machine without a GPU (no delays happen there: the perturbation compiles to nothing).
 SMOKE = "--cpu-smoke" in sys.argv
 DEVICE = "cpu" if SMOKE else "cuda"
 
-from mambafuzz import racy_cases as gpu_racy  # noqa: E402  (the shared GPU geometries; imports no kernels)
+import racy_cases as gpu_racy  # noqa: E402  (the shared GPU geometries; imports no kernels)
 
 os.environ["TRITON_INTERPRET"] = "1" if SMOKE else "0"  # before any kernels module is imported
 
@@ -87,7 +88,7 @@ def warm_pairs(grid, names) -> list[tuple[str, object]]:
 def warm(shard: int, jobs: int, grid, names) -> int:
     """Worker: launch every `jobs`-th pair once on a tiny case (fills the on-disk cache)."""
     from mambafuzz.kernels import registry
-    from mambafuzz.materialize import materialize
+    from mambafuzz.judge.materialize import materialize
 
     for i, (name, p) in enumerate(warm_pairs(grid, names)):
         if i % jobs != shard:
@@ -125,21 +126,19 @@ class Cell:
         import torch
 
         from mambafuzz.kernels import registry
-        from mambafuzz.materialize import materialize
+        from mambafuzz.judge.materialize import materialize
 
         self.name, self.label = name, label
         self.target = registry.get(name)
         self.m = materialize(make(), DEVICE)
         assert self.m.positions is None, "bench geometries are dense"
         self.expected = torch.from_numpy(self.m.expected.copy()).to(DEVICE)
-        self.expected_acc = None
-        if self.m.expected_accepted is not None:
-            self.expected_acc = torch.from_numpy(self.m.expected_accepted.astype("int32")).to(DEVICE)
+        self.expected_outputs = {o.name: torch.from_numpy(o.expected.copy()).to(DEVICE) for o in self.m.outputs}
 
     def ok(self) -> bool:
         good = torch_equal(self.m.arena, self.expected)
-        if self.expected_acc is not None:
-            good = good and torch_equal(self.m.args["num_accepted"], self.expected_acc)
+        for name, want in self.expected_outputs.items():
+            good = good and torch_equal(self.m.args[name], want.to(self.m.args[name].dtype))
         return good
 
     def measure(self, p, reps: int) -> dict:

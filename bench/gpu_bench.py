@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
+for p in (ROOT, ROOT / "bench", ROOT / "tests"):  # tests: racy_cases, the GPU geometries the tests share
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -65,7 +65,7 @@ def _args(argv):
 def disjoint_rows(rows: int, size: int, gap: int = 256):
     """`rows` copies of `size` bytes from one region to another (no byte both read and written):
     an idempotent batch, each long row split over programs by the project's kernel."""
-    from mambafuzz.contracts import BatchCopyCase
+    from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
     stride = size + gap
     copies = tuple((256 + i * stride, 256 + (rows + i) * stride, size) for i in range(rows))
     return BatchCopyCase(arena_size=256 + 2 * rows * stride + 256, copies=copies, seed=1)
@@ -73,7 +73,7 @@ def disjoint_rows(rows: int, size: int, gap: int = 256):
 
 def _cases(quick: bool):
     """(label, target, case builder, large?) rows."""
-    from mambafuzz import racy_cases as r
+    import racy_cases as r
     rows = [
         ("batch 1 row x 4 KiB, left shift 16", "triton.batch_memcpy", lambda: r.batch_rows(1, 4096, -16), False),
         ("state_copy SD same block, 4 req x 256 B tokens", "triton.state_copy",
@@ -111,9 +111,9 @@ def main(argv=None) -> int:
 
     from mambafuzz import kernels
     from mambafuzz.kernels import registry
-    from mambafuzz import gpu_reps
-    from mambafuzz.contracts import BatchCopyCase
-    from mambafuzz.materialize import materialize
+    from mambafuzz.judge import gpu_reps
+    from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+    from mambafuzz.judge.materialize import materialize
 
     assert not kernels.INTERPRETED
     if args.quick:

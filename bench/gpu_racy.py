@@ -18,9 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # racy_cases: the GPU geometries the tests share
 os.environ["TRITON_INTERPRET"] = "0"
 
-from mambafuzz.racy_cases import GEOMETRIES  # noqa: E402
+from racy_cases import GEOMETRIES  # noqa: E402
 
 
 IN_PROCESS = ("triton.batch_memcpy", "zoo.BM-NOGUARD", "zoo.BM-RIGHT", "zoo.TAIL-DROP", "triton.state_copy",
@@ -31,7 +32,7 @@ OWN_PROCESS = ("zoo.MISALIGN", "zoo.ADDR-I32")
 
 def measure(names, reps: int, geometries=None) -> list[tuple[str, str, str]]:
     from mambafuzz.kernels import registry
-    from mambafuzz.engine import run_case
+    from mambafuzz.judge.engine import run_case
 
     rows = []
     for name in names:

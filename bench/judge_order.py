@@ -64,10 +64,10 @@ def main(argv=None) -> int:
     import numpy as np
 
     from gpu_bench import disjoint_rows
-    from mambafuzz import gpu_reps
+    from mambafuzz.judge import gpu_reps
     from mambafuzz.kernels import registry
-    from mambafuzz.kernels.check import ChunkCheck
-    from mambafuzz.materialize import materialize
+    from mambafuzz.judge.check import ChunkCheck
+    from mambafuzz.judge.materialize import materialize
 
     _, ref_bw = reference_copy(1024, warm_median_us)
     out = Report("judge_order")

@@ -63,7 +63,7 @@ def probe(torch, m, batch) -> dict:
 
 
 def head_section(out, torch, m, fn, reps_list) -> None:
-    from mambafuzz import gpu_reps
+    from mambafuzz.judge import gpu_reps
     out.table("the batch's head and tail, unprofiled (CUDA events; median of 5; us from the call)",
               ["batch", "N", "host: first target launch", "GPU: first target starts", "host: last launch",
                "GPU: last target starts", "wall", "GPU: after the call", "GPU: a repetition (median step)",
@@ -92,9 +92,9 @@ def main(argv=None) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from gpu_bench import disjoint_rows
-    from mambafuzz import gpu_reps
+    from mambafuzz.judge import gpu_reps
     from mambafuzz.kernels import registry
-    from mambafuzz.materialize import materialize
+    from mambafuzz.judge.materialize import materialize
 
     out = Report("loop_timeline")
     out.header("one large batch's GPU timeline", argv)

@@ -5,7 +5,7 @@ Each row runs ``mambafuzz fuzz --target LEAD --target T --device cuda
 row about 9) in a fresh process with a fresh, empty Triton cache, twice in a
 row: ``--precompile 0`` (the baseline: every variant is built when fuzzing
 first needs it) and ``--precompile N`` (helpers build each target's variants
-ahead, ``mambafuzz.precompile``).  The lead target (``triton.slot_copy``, a
+ahead, ``mambafuzz.run.precompile``).  The lead target (``triton.slot_copy``, a
 kernel of its own) stands for the rows before T in a zoo run: it is what the
 helpers work ahead of.  The table is T's: the examples it ran in its share,
 the seconds to its 10th example, its verdict and seconds to the first

@@ -35,9 +35,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch = require_compiled_gpu("small_reps", force_compiled=True)
     from gpu_bench import _cases
-    from mambafuzz import gpu_reps
+    from mambafuzz.judge import gpu_reps
     from mambafuzz.kernels import check, registry
-    from mambafuzz.materialize import materialize
+    from mambafuzz.judge.materialize import materialize
 
     out = Report("small_reps")
     out.header("a small case's repetition in a CUDA graph", argv)

@@ -1,7 +1,7 @@
 """Large-case tuning sweep (GPU only): the batch copy's split shape and the chunk judge's shape.
 
 What a large repetition costs is the target's copy plus the judge's read of
-every changed chunk (``kernels.check.ChunkCheck``); this script measures each
+every changed chunk (``judge.check.ChunkCheck``); this script measures each
 alone over a grid of their tuning knobs, then the two together as
 ``gpu_reps`` runs them, so the defaults in ``kernels/batch_memcpy.py`` and
 ``kernels/check.py`` / ``gpu_reps.py`` rest on numbers:
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                          f"choose from {', '.join(SECTIONS)}")
     torch = require_compiled_gpu("tune_large", force_compiled=True)
     from _tune_kernels import read_sum
-    from mambafuzz import gpu_reps
+    from mambafuzz.judge import gpu_reps
     from mambafuzz.kernels import batch_memcpy as bm
     from mambafuzz.kernels import check
 

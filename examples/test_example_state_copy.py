@@ -114,5 +114,5 @@ def test_state_copy_fits_the_contract():
 def test_state_copy_with_your_own_given(case):
     """The same check as a plain Hypothesis test: draw cases, judge each with the engine."""
     device = os.environ.get("MAMBAFUZZ_DEVICE", "cpu")
-    verdict = mambafuzz.engine.run_case(state_copy, case, device, mode="race" if device == "cpu" else "compare")
+    verdict = mambafuzz.judge.engine.run_case(state_copy, case, device, mode="race" if device == "cpu" else "compare")
     assert not verdict.failed, verdict.summary()

@@ -19,7 +19,9 @@ __all__ = ["Failure", "Inconclusive", "MambafuzzError", "Rejected", "UsageError"
            "reject", "strategies"]
 
 _ERRORS = ("Failure", "Inconclusive", "MambafuzzError", "Rejected", "UsageError")
-_MODULES = ("adapters", "api", "engine", "strategies", "contracts", "findings", "device", "errors")
+# public modules by the name they load under (engine and device live by job, in judge/ and run/)
+_MODULES = {"adapters": "adapters", "api": "api", "engine": "judge.engine", "strategies": "strategies",
+            "contracts": "contracts", "findings": "findings", "device": "run.device", "errors": "errors"}
 
 
 def __getattr__(name: str):
@@ -28,7 +30,7 @@ def __getattr__(name: str):
     if name in ("check", "reject"):
         return getattr(importlib.import_module("mambafuzz.api"), name)
     if name in _MODULES:
-        return importlib.import_module(f"mambafuzz.{name}")
+        return importlib.import_module(f"mambafuzz.{_MODULES[name]}")
     raise AttributeError(f"module 'mambafuzz' has no attribute {name!r}")
 
 

@@ -167,7 +167,7 @@ def arguments_table() -> str:
     from mambafuzz import contracts
 
     rows = ["| contract | argument | passed as | dtype | shape | meaning |", "| --- | --- | --- | --- | --- | --- |"]
-    for c in contracts.CONTRACTS.values():
+    for c in contracts.registered().values():
         for a in c.arguments:
             rows.append(f"| {c.name} | `{a.name}` | positional | {a.dtype} | {a.shape} | {_cell(a.meaning)} |")
         for a in c.options:
@@ -175,7 +175,7 @@ def arguments_table() -> str:
         rows.append(f"| {c.name} | `arena` | keyword, if your function takes it | uint8 | [arena bytes] | "
                     f"the memory every address points into (`adapters.bytes_at`) |")
     rows += ["", "| contract | option | values | default | meaning |", "| --- | --- | --- | --- | --- |"]
-    for c in contracts.CONTRACTS.values():
+    for c in contracts.registered().values():
         for o in c.cli_options:
             values = " \\| ".join(str(v) for v in o.choices)
             rows.append(f"| {c.name} | `{o.name}` (`{o.flag}`) | {values} | {o.default} | {_cell(o.help)} |")

@@ -57,8 +57,8 @@ def pytest_configure(config):
 
     ctx = {"rootdir": str(config.rootpath)}
     chosen = config.getoption("mambafuzz_device", None)
-    if chosen:  # mambafuzz.device is imported only then: it notes the TRITON_INTERPRET the run started with
-        from mambafuzz import device
+    if chosen:  # mambafuzz.run.device is imported only then: it notes the TRITON_INTERPRET the run started with
+        from mambafuzz.run import device
         from mambafuzz.errors import UsageError
 
         try:

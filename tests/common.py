@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mambafuzz.contracts import BatchCopyCase
-from mambafuzz.fuzz import FuzzOptions
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.search.fuzz import FuzzOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 

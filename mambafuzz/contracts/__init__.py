@@ -1,35 +1,148 @@
-"""The contracts: one module each, listed here once.
+"""The registry: every contract mambafuzz can fuzz, built in or a user's own.
 
-Adding a contract is one new module (its case type and a ``Contract``
-instance named ``CONTRACT``) and one line below.
+A contract is a ``Contract`` instance (``contracts/base.py``) named ``CONTRACT``
+in its module.  The built-in ones are listed in ``BUILTIN``, one line each, by
+module name; a user's come in through the same seam, either
+``mambafuzz.contracts.register(CONTRACT)`` in their own module (run when the
+module is imported: the target's module, a test file) or an entry point in the
+``mambafuzz.contracts`` group naming a module or a ``Contract``.  Modules are
+imported on the first lookup, so importing this package imports no contract.
 """
 from __future__ import annotations
 
-from mambafuzz.errors import UsageError
+import importlib
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
-from . import batch_memcpy, postprocess, state_copy
-from . import slot_copy, slot_fork  # index-based slot pools (SPEC 2.6)
-from .base import Argument, CliOption, Contract, Image, Prepared
-from .batch_memcpy import BatchCopyCase
-from .postprocess import PostprocessCase
-from .state_copy import StateCopyCase
+from mambafuzz.errors import CaseError, UsageError
 
-CONTRACTS: dict[str, Contract] = {m.CONTRACT.name: m.CONTRACT for m in (batch_memcpy, state_copy, postprocess,
-                                                                            slot_copy, slot_fork)}
-NAMES = tuple(CONTRACTS)
+from .base import Argument, CliOption, Contract, Image, Output, Prepared
 
-__all__ = ["CONTRACTS", "NAMES", "Argument", "BatchCopyCase", "CliOption", "Contract", "Image", "PostprocessCase",
-           "Prepared", "StateCopyCase", "get", "of"]
+# One line per built-in contract: the module that defines CONTRACT.
+BUILTIN = (
+    "mambafuzz.contracts.batch_memcpy",
+    "mambafuzz.contracts.state_copy",
+    "mambafuzz.contracts.postprocess",
+    "mambafuzz.contracts.slot_copy",
+    "mambafuzz.contracts.slot_fork",
+)
+ENTRY_POINTS = "mambafuzz.contracts"
+
+_CONTRACTS: dict[str, Contract] = {}
+_LOADED = False
+
+__all__ = ["BUILTIN", "ENTRY_POINTS", "Argument", "CliOption", "Contract", "Image", "Output", "Prepared",
+           "case_from_json", "get", "import_origin", "import_root", "names", "of", "register", "registered"]
+
+
+def register(contract: Contract) -> Contract:
+    """Add `contract` to the registry (again with the same instance: no-op); UsageError for a bad one."""
+    if not isinstance(contract, Contract):
+        raise UsageError(f"register() takes a mambafuzz.contracts.Contract instance, got {type(contract).__name__}")
+    name = contract.name
+    if not isinstance(name, str) or not name.isidentifier():
+        raise UsageError(f"contract {type(contract).__name__}: name must be an identifier, got {name!r}")
+    case_type = contract.case_type
+    if getattr(case_type, "contract", None) != name:
+        raise UsageError(f"contract {name!r}: its case type {getattr(case_type, '__name__', case_type)!r} must say "
+                         f"contract = {name!r} (a ClassVar)")
+    module = type(contract).__module__
+    if contract.origin is None and not module.startswith("mambafuzz.") and module in sys.modules:
+        contract.origin, contract.origin_path = module, import_root(sys.modules[module])
+    known = _CONTRACTS.get(name)
+    if known is not None and known is not contract and type(known) is not type(contract):
+        raise UsageError(f"contract {name!r} is registered twice: by {known.origin or 'mambafuzz'} and by "
+                         f"{contract.origin or type(contract).__module__}")
+    _CONTRACTS[name] = contract
+    return contract
+
+
+def import_root(module) -> str | None:
+    """The folder to put on sys.path so that `module` imports again (None: namespace or built-in)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    up = module.__name__.count(".") + (1 if Path(file).name == "__init__.py" else 0)
+    root = Path(file).resolve().parent
+    for _ in range(up):
+        root = root.parent
+    return str(root)
+
+
+def _load() -> None:
+    """Import the built-in contracts and the installed entry points, once."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for module in BUILTIN:
+        register(importlib.import_module(module).CONTRACT)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is named in one line
+            raise UsageError(f"contract entry point {ep.name!r} ({ep.value}): cannot load: "
+                             f"{type(exc).__name__}: {exc}") from None
+        obj = getattr(obj, "CONTRACT", obj)
+        if isinstance(obj, Contract) and not obj.origin:
+            obj.origin = ep.value.partition(":")[0]
+        register(obj)
+
+
+def registered() -> dict[str, Contract]:
+    """Every contract known now, by name (built-in first)."""
+    _load()
+    return dict(_CONTRACTS)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(registered())
 
 
 def get(name: str) -> Contract:
     """The contract called `name`; UsageError (one line) naming the known ones otherwise."""
+    _load()
     try:
-        return CONTRACTS[name]
+        return _CONTRACTS[name]
     except (KeyError, TypeError):
-        raise UsageError(f"unknown contract {name!r} (known: {', '.join(NAMES)})") from None
+        raise UsageError(f"unknown contract {name!r} (known: {', '.join(_CONTRACTS)})") from None
 
 
 def of(case) -> Contract:
     """The contract a case belongs to."""
-    return CONTRACTS[case.contract]
+    return get(case.contract)
+
+
+def import_origin(origin: dict | None) -> None:
+    """Import the module that registers a user contract, as a crash file or a worker records it
+    (``Contract.origin_record``): its folder first on sys.path.  UsageError in one line if it fails."""
+    if not isinstance(origin, dict) or not isinstance(origin.get("module"), str):
+        return
+    path = origin.get("path")
+    if path and os.path.isdir(path) and path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        importlib.import_module(origin["module"])
+    except Exception as exc:  # noqa: BLE001 - the user's module: one line
+        raise UsageError(f"cannot import {origin['module']!r}, which registers a contract: "
+                         f"{type(exc).__name__}: {exc}") from None
+
+
+def case_from_json(body: dict[str, Any]):
+    """Any contract's case from its JSON; CaseError naming what is wrong.
+
+    Every field is type-checked (ints are ints, never bools or floats; sizes
+    positive, offsets non-negative) so that a hand-edited or corrupted case
+    fails in one line before it reaches numpy or a kernel; geometry (overlaps,
+    pools past the arena) is the oracle's to judge.
+    """
+    if not isinstance(body, dict):
+        raise CaseError(f"a case must be a JSON object, got {type(body).__name__}")
+    contract = body.get("contract")
+    known = registered().get(contract) if isinstance(contract, str) else None
+    if known is None:
+        raise CaseError(f"unknown case contract {contract!r} (known: {', '.join(_CONTRACTS)})")
+    return known.case_type.from_json(body)

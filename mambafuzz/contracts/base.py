@@ -50,6 +50,26 @@ class Image:
     plan: Any = None
 
 
+@dataclass(frozen=True)
+class Output:
+    """An argument the target updates in place (not arena bytes), and what it must hold afterwards.
+
+    Compared element by element: exactly, or within ``atol + rtol * |expected|``
+    where a contract's outputs are float math.  ``what`` names one element in a
+    report ("request {i}"); the engine restores the argument before every run.
+    """
+
+    name: str
+    expected: np.ndarray
+    atol: float = 0.0
+    rtol: float = 0.0
+    what: str = "element {i}"
+
+    @property
+    def exact(self) -> bool:
+        return self.atol == 0 and self.rtol == 0
+
+
 @dataclass
 class Prepared:
     """A case on a device: the target's arguments and the oracle's expectation."""
@@ -57,8 +77,7 @@ class Prepared:
     args: dict[str, Any]                   # positional arguments, in call order
     kwargs: dict[str, Any]                 # keyword options
     expected: np.ndarray                   # the arena (or sparse image) after a correct run
-    out_name: str | None = None            # an argument the target updates in place (postprocess)
-    out_expected: np.ndarray | None = None
+    outputs: tuple[Output, ...] = ()       # arguments the target updates in place
 
 
 class Contract:
@@ -71,6 +90,18 @@ class Contract:
     options: tuple[Argument, ...] = ()
     cli_options: tuple[CliOption, ...] = ()
     max_arena: int = 1 << 31
+    # coverage: this contract's own features and their buckets in display order (``features`` draws
+    # labels from them; ``search/features.py`` adds the perturbation's and the verdict's)
+    buckets: dict[str, tuple[str, ...]] = {}
+    # the module a user's contract was registered from (None: built in); crash files and workers record it
+    origin: str | None = None
+    origin_path: str | None = None   # the folder that module imports from
+
+    def origin_record(self) -> dict[str, str] | None:
+        """Where a process that lacks this contract imports it from (``contracts.import_origin``)."""
+        if not self.origin:
+            return None
+        return {"module": self.origin, **({"path": self.origin_path} if self.origin_path else {})}
 
     @property
     def positional(self) -> tuple[str, ...]:
@@ -108,6 +139,17 @@ class Contract:
 
     def valid(self, case) -> bool:
         return True
+
+    # -- coverage: what one case exercised, and what a run of the default sizes must have drawn
+    def features(self, case) -> dict[str, str]:
+        """{feature: bucket label} of one case; the race map's (shift, size) under ``RACE_SHIFT`` /
+        ``RACE_SIZE`` of ``contracts.features`` (optional)."""
+        return {}
+
+    def expected_features(self, options: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+        """The buckets this contract's strategy draws under `options`, reliably, a few hundred examples
+        each: one never drawn is warned about as a hole in what was tested."""
+        return {}
 
     def zoo(self) -> list:
         """The zoo targets of this contract (imports the kernels: the device must be chosen first)."""

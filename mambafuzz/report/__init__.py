@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .load import Report, load
+from mambafuzz.report.load import Report, load
 
 
 def build(path: Path | str, out: Path | str) -> Report:
     """Load `path`, write the page to `out`; UsageError (one line) for a bad input or output."""
-    from .render import write
+    from mambafuzz.report.render import write
 
     report = load(path)
     write(report, out)

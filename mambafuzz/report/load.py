@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CaseError, UsageError
-from ..features import Tally
-from ..stats import rate_upper_bound
+from mambafuzz.errors import CaseError, UsageError
+from mambafuzz.search.features import Tally
+from mambafuzz.judge.stats import rate_upper_bound
 
 REPORT_SCHEMA = 1  # the JSON reports' shape this reads (cli.REPORT_SCHEMA)
 COMMANDS = ("fuzz", "smoke", "zoo", "replay")
@@ -154,7 +154,7 @@ def _show(value) -> str:
 
 
 def _from_json_report(path: Path, body: dict) -> Report:
-    from ..findings import schema_problem
+    from mambafuzz.findings import schema_problem
 
     problem = schema_problem(body, REPORT_SCHEMA, "report")
     if problem:
@@ -201,7 +201,7 @@ def _target(path: Path, where: str, body) -> TargetRow:
 
 
 def _finding(path: Path, where: str, body: dict, file: Path | None = None) -> FindingView:
-    from ..findings import Finding, rate_line, replay_command
+    from mambafuzz.findings import Finding, rate_line, replay_command
 
     try:
         f = Finding.from_json(body, path=file)
@@ -249,7 +249,7 @@ def _device(targets: list[TargetRow], race: bool = False) -> str | None:
 
 
 def _from_crashes(path: Path, files: list[Path]) -> Report:
-    from ..findings import load as load_crash
+    from mambafuzz.findings import load as load_crash
 
     targets = []
     for file in files:

@@ -15,9 +15,9 @@ import datetime as _dt
 import html
 import json
 
-from ..errors import UsageError
-from ..features import BUCKETS
-from .load import Report, TargetRow
+from mambafuzz.errors import UsageError
+from mambafuzz.search.features import BUCKETS
+from mambafuzz.report.load import Report, TargetRow
 
 GOOD, BAD, UNSURE = "#2e7d32", "#c62828", "#ef6c00"
 
@@ -333,7 +333,7 @@ def _race_figure(go, make_subplots, t: TargetRow):
     titles = [f"{w} warps, delay {d} ns" for w in warps for d in delays]
     fig = make_subplots(rows=len(warps), cols=len(delays), subplot_titles=titles, shared_xaxes=True,
                         shared_yaxes=True, horizontal_spacing=0.04, vertical_spacing=0.12 / max(1, len(warps)))
-    from ..stats import rate_upper_bound
+    from mambafuzz.judge.stats import rate_upper_bound
     for i, w in enumerate(warps):
         for j, d in enumerate(delays):
             z, text, hover = [], [], []

@@ -1,7 +1,7 @@
 """Hypothesis strategies that draw mambafuzz Cases (they know cases, not kernels).
 
 The public ones, for your own ``@given`` tests (run each case with
-``mambafuzz.engine.run_case(fn, case, device)``): ``batch_copies``,
+``mambafuzz.judge.engine.run_case(fn, case, device)``): ``batch_copies``,
 ``state_copies`` and ``postprocesses``; their options are the contracts' options.
 """
 from __future__ import annotations

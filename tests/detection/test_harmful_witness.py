@@ -10,13 +10,13 @@ the CPU witness child) never trades a hazard that can change bytes for it.
 import pytest
 
 from common import fuzz_options
-from mambafuzz import cross
+from mambafuzz.search import cross
 from mambafuzz.contracts.slot_copy import SlotCopyCase
-from mambafuzz.engine import run_case
-from mambafuzz.fuzz import fuzz_target
+from mambafuzz.judge.engine import run_case
+from mambafuzz.search.fuzz import fuzz_target
 from mambafuzz.oracle import SlotBuffer
-from mambafuzz.reduce import same_value_only
-from mambafuzz.targets import resolve
+from mambafuzz.search.reduce import same_value_only
+from mambafuzz.cli.targets import resolve
 
 KERNELS = "tests.style_kernels.slots"
 BUF = SlotBuffer(offset=0, layers=1, slots=3, slot_bytes=16, slot_stride=16, layer_stride=48, elem_size=1)

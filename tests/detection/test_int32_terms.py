@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from common import fuzz_options
-from mambafuzz import contracts, features, strategies
-from mambafuzz.engine import run_case
-from mambafuzz.fuzz import fuzz_target
+from mambafuzz import contracts, strategies
+from mambafuzz.search import features
+from mambafuzz.judge.engine import run_case
+from mambafuzz.search.fuzz import fuzz_target
 from mambafuzz.kernels import registry
-from mambafuzz.targets import resolve
+from mambafuzz.cli.targets import resolve
 
 SMOKE_EXAMPLES = 60  # what `mambafuzz smoke` runs per target
 TERMS = {"slot_copy": ("layer", "slot", "element"), "slot_fork": ("layer", "slot", "element"),

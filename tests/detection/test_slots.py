@@ -13,16 +13,16 @@ from hypothesis import HealthCheck, given, settings
 
 from common import ROOT, fuzz_options, mf
 from mambafuzz import contracts, oracle, strategies
-from mambafuzz.cases import case_from_json
+from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts import slots as contract_slots
 from mambafuzz.contracts.slot_copy import SlotCopyCase
 from mambafuzz.contracts.slot_fork import SlotForkCase
-from mambafuzz.engine import run_case
+from mambafuzz.judge.engine import run_case
 from mambafuzz.errors import CaseError
-from mambafuzz.fuzz import fuzz_target
+from mambafuzz.search.fuzz import fuzz_target
 from mambafuzz.kernels import registry, zoo
 from mambafuzz.kernels import slots as kslots
-from mambafuzz.materialize import materialize
+from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle import OracleError, SlotBuffer, SlotConflict
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)

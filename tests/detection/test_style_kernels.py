@@ -13,8 +13,8 @@ import pytest
 import triton
 from common import mf
 
-from mambafuzz.contracts import StateCopyCase
-from mambafuzz.engine import run_case
+from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.judge.engine import run_case
 from mambafuzz.oracle import PoolLayout
 
 TARGET = "tests.style_kernels.batch"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mambafuzz.contracts import StateCopyCase
-from mambafuzz.engine import run_case
+from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.judge.engine import run_case
 from mambafuzz.oracle import PoolLayout
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 
 from mambafuzz import cli, strategies
 from mambafuzz.kernels import registry, zoo
-from mambafuzz.engine import KINDS, run_case
-from mambafuzz.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.judge.engine import KINDS, run_case
+from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.report import build
 
 RACY = {"BM-NOGUARD", "SD-SPAN", "DS-ROW", "PP-INPLACE"}  # right bytes in the interpreter: only the recorder sees them

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 def _cases():
     """The hand-built GPU geometries (mambafuzz.racy_cases)."""
-    from mambafuzz import racy_cases
+    import racy_cases
     return racy_cases
 
 
@@ -20,7 +20,7 @@ def _cases():
 def test_correct_kernels_pass_gpu_fuzzing(name, tmp_path):
     from mambafuzz import strategies
     from mambafuzz.kernels import registry
-    from mambafuzz.fuzz import FuzzOptions, fuzz_target
+    from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 
     opts = FuzzOptions(device="cuda", mode="compare", reps=100, max_examples=40, seed=0, database=None,
                        crashes_dir=tmp_path, profile=strategies.GPU)
@@ -32,7 +32,7 @@ def test_correct_kernels_pass_gpu_fuzzing(name, tmp_path):
 @pytest.mark.parametrize("name", ["triton.batch_memcpy", "triton.state_copy", "triton.postprocess"])
 def test_correct_kernels_hold_on_the_racy_geometries(name):
     from mambafuzz.kernels import registry
-    from mambafuzz.engine import run_case
+    from mambafuzz.judge.engine import run_case
 
     gpu_racy = _cases()
     target = registry.get(name)
@@ -44,7 +44,7 @@ def test_correct_kernels_hold_on_the_racy_geometries(name):
 
 def test_bm_noguard_corrupts_the_measured_geometry():
     from mambafuzz.kernels import registry
-    from mambafuzz.engine import run_case
+    from mambafuzz.judge.engine import run_case
 
     case = _cases().batch_rows(128, 32 << 10, -16)
     v = run_case(registry.get("zoo.BM-NOGUARD").fn, case, "cuda", reps=100, mode="compare")

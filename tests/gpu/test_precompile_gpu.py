@@ -19,9 +19,11 @@ TARGET = "triton.batch_memcpy"   # correct: fuzzing runs all its examples, no sh
 EXAMPLES = 40
 
 WARM = f"""
-from mambafuzz import device, precompile, strategies
-from mambafuzz.fuzz import FuzzOptions
-from mambafuzz.targets import resolve
+from mambafuzz import strategies
+from mambafuzz.run import device
+from mambafuzz.run import precompile
+from mambafuzz.search.fuzz import FuzzOptions
+from mambafuzz.cli.targets import resolve
 device.select("cuda")
 opts = FuzzOptions(device="cuda", mode="compare", reps=50, profile=strategies.PROFILES["gpu-amp"])
 with precompile.ahead(resolve(["{TARGET}"]), opts, 6) as pre:

@@ -23,8 +23,8 @@ def _line(module, text: str) -> int:
 def test_a_kernel_that_does_not_compile_for_one_input_is_a_compile_finding(tmp_path):
     from style_kernels import compile_check
 
-    from mambafuzz.contracts import BatchCopyCase
-    from mambafuzz.engine import run_case
+    from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+    from mambafuzz.judge.engine import run_case
 
     one = BatchCopyCase(arena_size=4096, copies=((0, 2048, 1000),), seed=1)
     verdict = run_case(compile_check.widened_count_launch, one, "cuda", reps=10, mode="compare")
@@ -56,9 +56,9 @@ def test_the_cli_reports_a_compile_finding_and_still_judges_the_other_target(tmp
 
 
 def test_the_cpu_witness_runs_loaded_loop_bounds_on_this_boxs_triton():
-    from mambafuzz.contracts import BatchCopyCase
-    from mambafuzz.cross import WITNESSED, cpu_witness
-    from mambafuzz.targets import user_target
+    from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+    from mambafuzz.search.cross import WITNESSED, cpu_witness
+    from mambafuzz.cli.targets import user_target
 
     target = user_target("style_kernels.batch:left_barrier_before_load", "batch_memcpy", overlap="left")
     case = BatchCopyCase(arena_size=256, copies=((16, 8, 64),), seed=3)

@@ -12,12 +12,13 @@ import torch
 from hypothesis import given, settings
 
 import mambafuzz
-from mambafuzz import adapters, cli, findings, reduce, strategies
+from mambafuzz import adapters, cli, findings, strategies
+from mambafuzz.search import reduce
 from mambafuzz.contracts.state_copy import StateCopyCase
-from mambafuzz.engine import run_case
+from mambafuzz.judge.engine import run_case
 from mambafuzz.errors import Failure, Inconclusive, UsageError
 from mambafuzz.kernels import registry
-from mambafuzz.materialize import materialize
+from mambafuzz.judge.materialize import materialize
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(database=None, shrink_time=10, seed=7)
@@ -169,7 +170,7 @@ def test_case_json_without_the_engine_options_is_unchanged():
 @settings(max_examples=15, deadline=None)
 @given(strategies.batch_copies(overlap="left"))
 def test_public_strategies_in_a_plain_given_test(case):
-    """What the README shows: draw with mambafuzz.strategies, judge with mambafuzz.engine.run_case."""
+    """What the README shows: draw with mambafuzz.strategies, judge with mambafuzz.judge.engine.run_case."""
     assert all(dst <= src or dst >= src + n for src, dst, n in case.copies)  # overlap='left' reached the draw
     verdict = run_case(correct_batch_copy, case, "cpu", mode="race")
     assert not verdict.failed, verdict.summary()

@@ -1,4 +1,4 @@
-"""GPU finding, CPU witness (mambafuzz.cross): the child process, its answers, and the crash file.
+"""GPU finding, CPU witness (mambafuzz.search.cross): the child process, its answers, and the crash file.
 
 The child runs the case under the CPU race recorder in a fresh, interpreted
 process; these tests call it from this (interpreted) process the way the fuzz
@@ -9,13 +9,14 @@ import types
 
 import pytest
 
-from mambafuzz import cross, findings
-from mambafuzz.cases import case_from_json
-from mambafuzz.contracts import BatchCopyCase
-from mambafuzz.engine import Verdict
+from mambafuzz import findings
+from mambafuzz.search import cross
+from mambafuzz.contracts import case_from_json
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.judge.engine import Verdict
 from mambafuzz.kernels import registry
-from mambafuzz.materialize import Mismatch
-from mambafuzz.racy_cases import batch_rows
+from mambafuzz.judge.materialize import Mismatch
+from racy_cases import batch_rows
 
 
 def test_a_racy_kernel_is_witnessed_and_shrunk_on_the_cpu():
@@ -88,7 +89,7 @@ def test_a_kernel_run_without_warp_delays_is_named_in_the_report():
     """instrument's record rides on the verdict (JSON), the target report keeps each kernel once, and the
     CLI prints one NOTE line per kernel."""
     from mambafuzz import cli
-    from mambafuzz.fuzz import TargetReport, _note_instrumented
+    from mambafuzz.search.fuzz import TargetReport, _note_instrumented
 
     record = {"perturb": [1, 500, 1, 0, 8],
               "kernels": [{"name": "_copy_kernel", "delays": True, "load_sites": 2, "store_sites": 1,

@@ -54,7 +54,7 @@ def test_strategies_know_cases_not_kernels():
 
 def test_the_engine_does_not_load_kernels_before_the_device_is_chosen():
     """Triton decides compiled or interpreted when a kernel module is imported (ARCHITECTURE gotchas)."""
-    proc = _run("import sys; import mambafuzz.engine, mambafuzz.fuzz, mambafuzz.materialize, mambafuzz.cli; "
+    proc = _run("import sys; import mambafuzz.judge.engine, mambafuzz.search.fuzz, mambafuzz.judge.materialize, mambafuzz.cli; "
                 "bad = [m for m in sys.modules if m.startswith('mambafuzz.kernels.') "
                 "and m != 'mambafuzz.kernels.perturb']; assert not bad, bad")
     assert proc.returncode == 0, proc.stderr[-2000:]

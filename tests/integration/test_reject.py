@@ -17,11 +17,15 @@ import triton.language as tl
 
 import mambafuzz
 from common import eager_capture, mf
-from mambafuzz import cli, cross, engine, findings, gpu_reps, replay
-from mambafuzz.contracts import BatchCopyCase
+from mambafuzz import cli, findings
+from mambafuzz.search import cross
+from mambafuzz.judge import engine
+from mambafuzz.judge import gpu_reps
+from mambafuzz.findings import replay
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.errors import Inconclusive, InternalError, MambafuzzError, Rejected, UsageError, rejection
 from mambafuzz.kernels import registry
-from mambafuzz.materialize import materialize
+from mambafuzz.judge.materialize import materialize
 
 THREE_ROWS = BatchCopyCase(arena_size=512, copies=((0, 100, 16), (200, 300, 16), (400, 440, 8)), seed=1)
 FAST = dict(database=None, shrink_time=10, seed=5)
@@ -195,7 +199,7 @@ def test_replay_and_the_corpus_of_a_case_the_target_now_rejects(tmp_path):
 
 @pytest.mark.slow
 def test_the_cpu_witness_of_a_case_the_target_rejects_on_the_cpu(tmp_path, monkeypatch):
-    from mambafuzz.targets import user_target
+    from mambafuzz.cli.targets import user_target
 
     (tmp_path / "limited.py").write_text(USER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from mambafuzz import findings
-from mambafuzz.contracts import StateCopyCase
-from mambafuzz.cases import case_from_json
+from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.contracts import case_from_json
 from mambafuzz.errors import CaseError, UsageError
-from mambafuzz.fuzz import check_database
+from mambafuzz.search.fuzz import check_database
 from mambafuzz.oracle import PoolLayout
 
 from common import ROOT, mf as _mf  # noqa: E402

@@ -19,9 +19,10 @@ import triton
 import triton.language as tl
 
 import mambafuzz
-from mambafuzz import adapters, features, findings
-from mambafuzz.contracts import BatchCopyCase
-from mambafuzz.engine import KINDS, Verdict, run_case
+from mambafuzz import adapters, findings
+from mambafuzz.search import features
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.judge.engine import KINDS, Verdict, run_case
 from mambafuzz.errors import Failure
 
 from common import ROOT, mf

@@ -17,12 +17,13 @@ import triton.language as tl
 
 from common import mf, mf_popen, one_line_error
 from mambafuzz.kernels import registry
-from mambafuzz import blame, cli
-from mambafuzz.contracts import BatchCopyCase
+from mambafuzz import cli
+from mambafuzz.judge import blame
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.findings import load
-from mambafuzz.engine import run_case
+from mambafuzz.judge.engine import run_case
 from mambafuzz.errors import Inconclusive, InternalError
-from mambafuzz.outcome import exit_code
+from mambafuzz.report.outcome import exit_code
 
 CASE = BatchCopyCase(arena_size=64, copies=((8, 0, 16),), seed=3)
 
@@ -128,7 +129,7 @@ def test_exit_code_table():
 
 
 def test_a_run_that_rejected_every_draw_is_inconclusive(tmp_path, monkeypatch, capsys):
-    from mambafuzz import fuzz
+    from mambafuzz.search import fuzz
     from mambafuzz.errors import CaseError
 
     def reject(*args, **kwargs):
@@ -145,7 +146,7 @@ def test_a_run_that_rejected_every_draw_is_inconclusive(tmp_path, monkeypatch, c
 
 
 def test_an_internal_error_is_not_a_finding_and_other_targets_go_on(tmp_path, monkeypatch, capsys):
-    from mambafuzz import engine
+    from mambafuzz.judge import engine
 
     real = engine.materialize
 
@@ -197,7 +198,7 @@ def test_inherited_triton_interpret_that_contradicts_the_device_is_an_error(tmp_
 
 
 def test_device_guard_asks_the_kernels_themselves():
-    from mambafuzz import device
+    from mambafuzz.run import device
 
     assert device.kernels_loaded_interpreted() is True  # this test process runs interpreted
     assert device.select("cpu") == "cpu" and device.select("cpu") == "cpu"

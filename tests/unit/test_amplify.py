@@ -29,12 +29,14 @@ from mambafuzz import kernels  # noqa: E402
 from mambafuzz import strategies  # noqa: E402
 from mambafuzz.kernels import registry  # noqa: E402
 from mambafuzz.kernels.perturb import NO_DELAY, Perturb, launch_args  # noqa: E402
-from mambafuzz.contracts import BatchCopyCase, PostprocessCase, StateCopyCase  # noqa: E402
-from mambafuzz.cases import case_from_json  # noqa: E402
-from mambafuzz.engine import run_case  # noqa: E402
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase  # noqa: E402
+from mambafuzz.contracts.cases.postprocess import PostprocessCase
+from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.contracts import case_from_json  # noqa: E402
+from mambafuzz.judge.engine import run_case  # noqa: E402
 from mambafuzz.errors import CaseError  # noqa: E402
-from mambafuzz.materialize import materialize  # noqa: E402
-from mambafuzz.reduce import candidates  # noqa: E402
+from mambafuzz.judge.materialize import materialize  # noqa: E402
+from mambafuzz.search.reduce import candidates  # noqa: E402
 from mambafuzz.oracle import PoolLayout  # noqa: E402
 from common import compile_for_sm90  # noqa: E402  (the sm_90 compile helper)
 
@@ -345,7 +347,7 @@ def test_perturbed_kernels_compile_for_sm90_without_a_gpu():
 # ---------------------------------------------------------------- GPU
 def _gpu_racy():
     """The hand-built GPU geometries (mambafuzz.racy_cases)."""
-    from mambafuzz import racy_cases
+    import racy_cases
     return racy_cases
 
 

@@ -8,11 +8,12 @@ from hypothesis import strategies as st
 
 from mambafuzz import oracle
 from mambafuzz import strategies
-from mambafuzz.contracts import BatchCopyCase, StateCopyCase
-from mambafuzz.cases import case_from_json
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.contracts import case_from_json
 from mambafuzz.errors import CaseError
-from mambafuzz.materialize import fill_bytes, materialize
-from mambafuzz.stats import format_rate, rate_upper_bound
+from mambafuzz.judge.materialize import fill_bytes, materialize
+from mambafuzz.judge.stats import format_rate, rate_upper_bound
 
 ALL_CASES = st.one_of(*(strategies.for_contract(c) for c in ("batch_memcpy", "state_copy", "postprocess")))
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -209,7 +210,7 @@ def test_gpu_profiles_copy_blocks_past_2_and_4_gib_often():
 def test_addr_i32_is_caught_on_a_gpu_profile_case_past_4_gib():
     from hypothesis import find
 
-    from mambafuzz.engine import run_case
+    from mambafuzz.judge.engine import run_case
     from mambafuzz.kernels import registry, zoo
 
     def wraps(c):  # a copied block past 4 GiB whose 32-bit offset is still positive: none that faults

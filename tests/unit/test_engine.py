@@ -12,10 +12,10 @@ import pytest
 
 from mambafuzz.kernels import registry
 from mambafuzz import findings
-from mambafuzz.engine import run_case
-from mambafuzz.fuzz import FuzzOptions, fuzz_target
-from mambafuzz.materialize import fill_bytes, materialize
-from mambafuzz.replay import replay
+from mambafuzz.judge.engine import run_case
+from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.judge.materialize import fill_bytes, materialize
+from mambafuzz.findings.replay import replay
 
 from common import LEFT_SHIFT, RIGHT_SHIFT  # noqa: E402
 from common import forward_bytes as _forward_bytes  # noqa: E402
@@ -245,8 +245,8 @@ def test_hypothesis_database_is_keyed_per_target(tmp_path):
 
 def test_a_cuda_fault_or_error_marks_the_context_lost_even_while_shrinking():
     """A fault in a shrink candidate that does not count as the same failure still broke the context."""
-    from mambafuzz.engine import Verdict
-    from mambafuzz.fuzz import TargetReport, _note_fault
+    from mambafuzz.judge.engine import Verdict
+    from mambafuzz.search.fuzz import TargetReport, _note_fault
 
     cuda, cpu = FuzzOptions(device="cuda", mode="compare"), FuzzOptions(device="cpu")
     report = TargetReport("t", "batch_memcpy")

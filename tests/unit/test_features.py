@@ -6,12 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mambafuzz import features
-from mambafuzz.contracts import BatchCopyCase, PostprocessCase, StateCopyCase
+from mambafuzz.search import features
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.contracts.cases.postprocess import PostprocessCase
+from mambafuzz.contracts.cases.state_copy import StateCopyCase
 from mambafuzz.contracts.slot_copy import SlotCopyCase
 from mambafuzz.contracts.slot_fork import SlotForkCase
-from mambafuzz.engine import SavedHazard, Verdict
-from mambafuzz.features import Tally, features as feats
+from mambafuzz.judge.engine import SavedHazard, Verdict
+from mambafuzz.search.features import Tally, features as feats
 from mambafuzz.oracle import PoolLayout, SlotBuffer
 from mambafuzz.strategies import CPU, GPU_AMP
 

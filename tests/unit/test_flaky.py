@@ -1,4 +1,4 @@
-"""Judging a flaky failure by k/N (mambafuzz.flaky) and shrinking with it in the fuzz loop.
+"""Judging a flaky failure by k/N (mambafuzz.search.flaky) and shrinking with it in the fuzz loop.
 
 The fuzz-loop test runs on the CPU with a Python target that corrupts a
 byte at random (a stand-in for a GPU race): with every candidate judged by
@@ -8,13 +8,14 @@ import random
 
 import pytest
 
-from mambafuzz import findings, flaky
-from mambafuzz.contracts import BatchCopyCase
-from mambafuzz.engine import Verdict
-from mambafuzz.fuzz import FuzzOptions, fuzz_target
+from mambafuzz import findings
+from mambafuzz.search import flaky
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.judge.engine import Verdict
+from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.kernels.registry import Target
-from mambafuzz.materialize import Mismatch
-from mambafuzz.stats import rate_upper_bound
+from mambafuzz.judge.materialize import Mismatch
+from mambafuzz.judge.stats import rate_upper_bound
 from common import fuzz_options
 
 
@@ -143,7 +144,7 @@ def test_a_flaky_failure_shrinks_to_one_small_row_when_judged_by_rate(tmp_path, 
 
 def _with_witness(tmp_path, monkeypatch, cpu_case):
     """A finding whose shrinking is off, handed a canned CPU witness with `cpu_case`."""
-    from mambafuzz import cross
+    from mambafuzz.search import cross
 
     calls = []
 
@@ -165,7 +166,7 @@ def _with_witness(tmp_path, monkeypatch, cpu_case):
 
 
 def test_a_smaller_cpu_case_that_fails_on_the_gpu_too_is_adopted(tmp_path, monkeypatch):
-    from mambafuzz.cases import case_from_json
+    from mambafuzz.contracts import case_from_json
     small = BatchCopyCase(arena_size=3, copies=((1, 0, 2), ), seed=0)  # overlapping: fails at 3% a row
     f = _with_witness(tmp_path, monkeypatch, small)
     assert f.case == small

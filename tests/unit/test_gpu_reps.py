@@ -1,4 +1,4 @@
-"""Device-side repetitions: kernels.check.check_restore and mambafuzz.gpu_reps.
+"""Device-side repetitions: judge.check.check_restore and mambafuzz.judge.gpu_reps.
 
 On the CPU: the batching / graph-fallback decisions with fakes, check_restore
 through Triton's interpreter on hand-made buffers (exact byte counts, arena
@@ -26,14 +26,16 @@ for p in (ROOT,):
 from common import eager_capture  # noqa: E402
 from mambafuzz import kernels  # noqa: E402
 from mambafuzz.kernels import registry  # noqa: E402
-from mambafuzz.kernels import check as check_module  # noqa: E402
-from mambafuzz.kernels.check import CheckRestore, ChunkCheck, check_restore, check_restore_sparse  # noqa: E402
-from mambafuzz import engine, gpu_reps  # noqa: E402
+from mambafuzz.judge import check as check_module  # noqa: E402
+from mambafuzz.judge.check import CheckRestore, ChunkCheck, check_restore, check_restore_sparse  # noqa: E402
+from mambafuzz.judge import engine  # noqa: E402
+from mambafuzz.judge import gpu_reps
 from mambafuzz.contracts import pools as pool_contracts  # noqa: E402
-from mambafuzz.contracts import BatchCopyCase, StateCopyCase  # noqa: E402
-from mambafuzz.gpu_reps import (BatchPlan, drive, failing_mismatch, plan_batches, run_reps,  # noqa: E402
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase  # noqa: E402
+from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.judge.gpu_reps import (BatchPlan, drive, failing_mismatch, plan_batches, run_reps,  # noqa: E402
                                 use_graph)
-from mambafuzz.materialize import materialize  # noqa: E402
+from mambafuzz.judge.materialize import materialize  # noqa: E402
 from mambafuzz.oracle import PoolLayout  # noqa: E402
 
 if kernels.INTERPRETED:
@@ -44,7 +46,7 @@ else:
 
 def _racy():
     """The hand-built GPU geometries (mambafuzz.racy_cases)."""
-    from mambafuzz import racy_cases
+    import racy_cases
     return racy_cases
 
 
@@ -272,7 +274,7 @@ def test_check_restore_counts_exactly_and_restores(device, n):
 def test_check_restore_takes_its_shape_from_its_size_and_counts_the_same(device, sparse):
     """A small judge takes the small shape (a graph node of many small programs, bench/small_reps.py),
     a larger one the large shape; each counts exactly and restores."""
-    from mambafuzz.kernels.check import BYTES, SMALL_BYTES, SMALL_PROGRAMS, SMALL_WORDS, WORDS
+    from mambafuzz.judge.check import BYTES, SMALL_BYTES, SMALL_PROGRAMS, SMALL_WORDS, WORDS
     small_max = SMALL_PROGRAMS * (SMALL_BYTES if sparse else 8 * SMALL_WORDS)
     for n, shape in ((4880, "small"), (small_max, "small"), (small_max + 1, "large")):
         act, exp, snap_t, snap, k = _buffers(n, n, {0, n // 2, n - 1}, device)
@@ -479,7 +481,7 @@ def test_run_reps_counts_accepted_counts_of_postprocess():
     assert r.per_rep_mismatch.tolist() == [2, 2, 2]  # one byte of each of the 2 requests' int32
     assert m.args["num_accepted"].tolist() == list(case.num_accepted)  # restored
     mm = failing_mismatch(m, off_by_one, r)
-    assert mm.count == 0 and len(mm.accepted) == 2
+    assert mm.count == 0 and len(mm.outputs) == 2
 
 
 def test_run_reps_sparse_materialisation(monkeypatch):
@@ -572,7 +574,7 @@ def test_chunk_check_counts_judges_and_restores_as_planned(device, stride):
 @pytest.mark.parametrize("device", DEVICES)
 def test_chunk_check_counts_and_restores_chunks_longer_than_one_step(device):
     """Chunks of the default size are counted and restored in several steps (check.SUB_WORDS)."""
-    from mambafuzz.kernels.check import CHUNK_WORDS, SUB_WORDS
+    from mambafuzz.judge.check import CHUNK_WORDS, SUB_WORDS
     cb = 8 * CHUNK_WORDS
     assert CHUNK_WORDS >= 2 * SUB_WORDS
     rng = np.random.default_rng(2)

@@ -30,7 +30,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.runtime import interpreter as interp  # noqa: E402
 
-from mambafuzz import blame  # noqa: E402
+from mambafuzz.judge import blame  # noqa: E402
 from mambafuzz.racecheck import RaceRecorder  # noqa: E402
 from mambafuzz.racecheck.hooks import interpreter_adapters  # noqa: E402
 

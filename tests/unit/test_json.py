@@ -6,8 +6,8 @@ import textwrap
 import pytest
 
 from mambafuzz import findings
-from mambafuzz.engine import Verdict, run_case
-from mambafuzz.fuzz import TargetReport, fuzz_target
+from mambafuzz.judge.engine import Verdict, run_case
+from mambafuzz.search.fuzz import TargetReport, fuzz_target
 from mambafuzz.kernels import registry
 
 from common import LEFT_SHIFT, RIGHT_SHIFT, mf

@@ -915,7 +915,7 @@ def test_every_registered_target_names_a_known_contract_and_overlap():
     overlaps = {o.name: set(o.choices) for o in contracts.get("batch_memcpy").cli_options}["overlap"]
     assert set(registry.OVERLAPS) == overlaps
     for t in registry.all_targets():
-        assert t.contract in contracts.CONTRACTS, t.name
+        assert t.contract in contracts.registered(), t.name
 
 
 def test_registry_import_does_not_import_mambafuzz():
@@ -935,7 +935,7 @@ for i, v in enumerate((None,) + BM_FLAGS):  # every zoo flag; interleaved or spa
     comp(_batch_memcpy_kernel, BM_SIG, {"BLOCK": 1024, "SPLIT_BLOCK": 8192, "SPLIT_MIN": 8192 << i % 2,
                                         "INTERLEAVE": i % 2 == 0, "PART_MAJOR": i % 3 == 0,
                                         "UNROLL": 1 << (i // 2) % 3, **{f: f == v for f in BM_FLAGS}, **NO_DELAY})
-from mambafuzz.kernels.check import _check_chunks, _walk_chunks, _sum_chunks, _restore_chunks
+from mambafuzz.judge.check import _check_chunks, _walk_chunks, _sum_chunks, _restore_chunks
 comp(_restore_chunks, {"arena": "*u8", "snapshot": "*u8", "order": "*i64", "n": "i64"},
      {"WORDS": 512, "ALIGNED16": True}, 2)
 CHK = {"arena": "*u8", "expected": "*u8", "snapshot": "*u8", "sums": "*i64", "order": "*i64",

@@ -1,4 +1,4 @@
-"""Compile ahead (``mambafuzz.precompile``): the helpers that build a GPU run's kernels before their turn.
+"""Compile ahead (``mambafuzz.run.precompile``): the helpers that build a GPU run's kernels before their turn.
 
 CPU (every run): the compile classes cover every perturbation the strategy
 draws, one class per distinct build; the plan puts targets in run order; the
@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-from mambafuzz import precompile, strategies
+from mambafuzz import strategies
+from mambafuzz.run import precompile
 from mambafuzz.kernels.perturb import Perturb
 from mambafuzz.strategies.perturb import compile_classes, perturbs
 

@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 
 from mambafuzz import strategies
 from mambafuzz.kernels.registry import Target
-from mambafuzz.contracts import BatchCopyCase, PostprocessCase, StateCopyCase
-from mambafuzz.fuzz import FuzzOptions, fuzz_target
-from mambafuzz.materialize import materialize
-from mambafuzz.reduce import candidates, reduce_case
+from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.contracts.cases.postprocess import PostprocessCase
+from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.judge.materialize import materialize
+from mambafuzz.search.reduce import candidates, reduce_case
 from mambafuzz.oracle import PoolLayout
 
 ANY_PERTURB = st.one_of(st.none(), strategies.perturbs())
@@ -148,7 +150,7 @@ def test_a_spent_shrink_budget_leaves_hypothesis_at_once(tmp_path, monkeypatch):
     """Once the shrink budget is spent, the next shrink candidate ends the run: the first failure
     stands (saved, reported).  Passing every later candidate instead let Hypothesis's shrinker draw
     thousands of them: a GPU zoo row shrank 35 s past its share of --time."""
-    from mambafuzz import fuzz as fuzz_module
+    from mambafuzz.search import fuzz as fuzz_module
     examples = []
     monkeypatch.setattr(fuzz_module.interrupt, "check", lambda: examples.append(1))  # once per example
 

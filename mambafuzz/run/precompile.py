@@ -34,7 +34,7 @@ from typing import Any, Iterator
 MAX_PROCESSES = 8      # helpers at most: six variants of the next target build at once
 SPARE_CORES = 2        # left to the fuzzing process and the run's own bookkeeping
 CASES = 3              # small cases drawn per target: the argument specialisations fuzzing meets first
-WORK = "mambafuzz.precompile:warm"   # what a helper does with one task (tests name their own)
+WORK = "mambafuzz.run.precompile:warm"   # what a helper does with one task (tests name their own)
 
 
 def default_processes(device: str, workers: int = 1) -> int:
@@ -141,9 +141,9 @@ def _cases(task: Task, job: dict, state: dict) -> list:
 
 def warm(task: Task, job: dict, state: dict) -> str | None:
     """Run the target's first cases under `task.perturb` in compile-only mode; None, or what went wrong."""
-    from mambafuzz import device
-    from mambafuzz.engine import run_case
-    from mambafuzz.targets import resolve
+    from mambafuzz.run import device
+    from mambafuzz.judge.engine import run_case
+    from mambafuzz.cli.targets import resolve
 
     if "device" not in state:
         state["device"] = device.select(job["device"])

@@ -26,14 +26,15 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from . import findings, interrupt
-from .cases import case_from_json
-from .engine import Verdict
-from .errors import CaseError, UsageError
-from .features import Tally
-from .findings import Finding, atomic_write_json
-from .fuzz import TargetReport
-from .runner import Deadline
+from mambafuzz import findings
+from mambafuzz.run import interrupt
+from mambafuzz.contracts import case_from_json
+from mambafuzz.judge.engine import Verdict
+from mambafuzz.errors import CaseError, UsageError
+from mambafuzz.search.features import Tally
+from mambafuzz.findings import Finding, atomic_write_json
+from mambafuzz.search.fuzz import TargetReport
+from mambafuzz.run.runner import Deadline
 
 EXIT_CONTEXT_LOST = 17
 
@@ -61,13 +62,13 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         pass
     if spec.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
-    from . import device as device_mod
+    from mambafuzz.run import device as device_mod
 
     device_mod.select(spec.device)
     interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
     from mambafuzz import strategies
-    from .fuzz import FuzzOptions, fuzz_target
-    from .targets import resolve
+    from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
+    from mambafuzz.cli.targets import resolve
 
     opts_fields = dict(spec.options)
     opts_fields["profile"] = strategies.PROFILES[opts_fields["profile"]]
@@ -111,8 +112,8 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         except Exception as exc:  # mambafuzz's own failure: never a crash finding against the kernel
             import traceback
 
-            from .errors import InternalError
-            from .fuzz import _write_error
+            from mambafuzz.errors import InternalError
+            from mambafuzz.search.fuzz import _write_error
             detail = _write_error(opts, target.name, InternalError(
                 f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
             conn.send(("report", TargetReport(target.name, target.contract, stop="internal-error",

@@ -28,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import findings
-from .engine import FAULT_KINDS, Verdict, run_case
-from .errors import Inconclusive, InternalError, Rejected, UsageError
+from mambafuzz import findings
+from mambafuzz.judge.engine import FAULT_KINDS, Verdict, run_case
+from mambafuzz.errors import Inconclusive, InternalError, Rejected, UsageError
 
 STILL_FAILING, FIXED, COULD_NOT_RUN, INCONCLUSIVE = "still failing", "fixed", "could not run", "inconclusive"
 
@@ -100,9 +100,9 @@ def _as_against(against) -> Against | None:
 
 
 def _target_for(record: findings.CrashRecord, against: Against | None):
-    from .targets import resolve_one
+    from mambafuzz.cli.targets import resolve_one
 
-    from .signature import check
+    from mambafuzz.judge.signature import check
 
     contract = record.case.contract
     if against is None:
@@ -143,7 +143,7 @@ def replay_one(record: findings.CrashRecord, *, device: str, reps: int | None, m
 
 
 def _child(path, device, reps, mode, against, conn) -> None:
-    from . import device as device_mod
+    from mambafuzz.run import device as device_mod
 
     try:
         device_mod.select(device)

@@ -39,11 +39,14 @@ from hypothesis.errors import Flaky, Unsatisfiable
 
 from mambafuzz import strategies
 
-from . import features, findings, flaky, interrupt
-from .cases import Case
-from .engine import Verdict, run_case
-from .errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
-from .reduce import reduce_case, same_value_only
+from mambafuzz import findings
+from mambafuzz.search import features
+from mambafuzz.search import flaky
+from mambafuzz.run import interrupt
+from mambafuzz.contracts.cases import Case
+from mambafuzz.judge.engine import Verdict, run_case
+from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
+from mambafuzz.search.reduce import reduce_case, same_value_only
 
 CHUNK = 20
 REWRITE_EVERY = 2.0  # seconds between rewrites of a crash file while its case shrinks (its counts)
@@ -427,8 +430,8 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
     again over ``flaky.CONFIRM_REPS`` repetitions, so the finding reports the
     rate it was found at (``found_rate``) and the rate of what it hands over.
     """
-    from .cases import case_from_json
-    from .cross import WITNESSED, cpu_witness
+    from mambafuzz.contracts import case_from_json
+    from mambafuzz.search.cross import WITNESSED, cpu_witness
 
     report = best.report
     left = (end - time.monotonic()) if end is not None else opts.witness_seconds

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from functools import lru_cache
 
-from .errors import UsageError
+from mambafuzz.errors import UsageError
 
 @lru_cache(maxsize=256)
 def _signature(fn) -> inspect.Signature | None:
@@ -49,7 +49,7 @@ def check(fn, contract: str, name: str) -> None:
     sig = _signature(fn)
     if sig is None:
         return
-    from . import contracts
+    from mambafuzz import contracts
 
     spec = contracts.get(contract)
     positional, options = spec.positional, spec.option_names

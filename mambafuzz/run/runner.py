@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from . import interrupt, precompile
-from .fuzz import FuzzOptions, TargetReport, fuzz_target
+from mambafuzz.run import interrupt
+from mambafuzz.run import precompile
+from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target
 
 Update = Callable[[list[TargetReport]], None]
 
@@ -119,7 +120,7 @@ def run_isolated(targets: list, opts: FuzzOptions, *, total_time: float | None, 
     """Targets in worker processes (one per GPU with `gpus`), resumable; the workers receive the
     run's ``Deadline`` and take each target's share of it when the target starts;
     `precompile_processes` helpers build kernels ahead (``precompile``)."""
-    from .session import Session, SessionOptions, plain_options
+    from mambafuzz.run.session import Session, SessionOptions, plain_options
 
     entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
                 **({"path": t.path} if getattr(t, "path", None) else {})}

@@ -18,7 +18,7 @@ import hashlib
 import json
 from typing import Any, ClassVar
 
-from .errors import CaseError
+from mambafuzz.errors import CaseError
 
 SCHEMA_VERSION = 1
 
@@ -158,21 +158,3 @@ class CaseBase:
 
 Case = CaseBase
 
-
-def case_from_json(body: dict[str, Any]) -> CaseBase:
-    """Any contract's case from its JSON; CaseError naming what is wrong.
-
-    Every field is type-checked (ints are ints, never bools or floats; sizes
-    positive, offsets non-negative) so that a hand-edited or corrupted case
-    fails in one line before it reaches numpy or a kernel; geometry (overlaps,
-    pools past the arena) is the oracle's to judge.
-    """
-    from . import contracts
-
-    if not isinstance(body, dict):
-        raise CaseError(f"a case must be a JSON object, got {type(body).__name__}")
-    contract = body.get("contract")
-    known = contracts.CONTRACTS.get(contract) if isinstance(contract, str) else None
-    if known is None:
-        raise CaseError(f"unknown case contract {contract!r} (known: {', '.join(contracts.NAMES)})")
-    return known.case_type.from_json(body)

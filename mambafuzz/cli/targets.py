@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from .contracts import NAMES as CONTRACTS
-from .errors import UsageError
+from mambafuzz import contracts
+from mambafuzz.errors import UsageError
 
 
 def _registry():
@@ -24,18 +24,6 @@ def _registry():
 
 
 _USER_INFO: dict[str, dict] = {}  # spec -> {"overlap", "target_path"} of user targets resolved here
-
-
-def _import_root(module) -> str | None:
-    """The folder to put on sys.path so that `module` imports again (None: namespace or built-in)."""
-    file = getattr(module, "__file__", None)
-    if not file:
-        return None
-    up = module.__name__.count(".") + (1 if Path(file).name == "__init__.py" else 0)
-    root = Path(file).resolve().parent
-    for _ in range(up):
-        root = root.parent
-    return str(root)
 
 
 def load_user_fn(spec: str, target_path: str | None = None):
@@ -61,12 +49,13 @@ def load_user_fn(spec: str, target_path: str | None = None):
 def user_target(spec: str, contract: str | None, overlap: str = "full", target_path: str | None = None):
     """`module:function` with `contract`: a user's own kernel behind a documented adapter."""
     registry = _registry()
-    if contract not in CONTRACTS:
-        raise UsageError(f"target {spec!r} needs --contract ({', '.join(CONTRACTS)})")
+    if not contract:
+        raise UsageError(f"target {spec!r} needs --contract ({', '.join(contracts.names())})")
     if overlap not in ("left", "full"):
         raise UsageError(f"--overlap must be 'left' or 'full', got {overlap!r}")
-    fn, module = load_user_fn(spec, target_path)
-    _USER_INFO[spec] = {"overlap": overlap, "target_path": _import_root(module)}
+    fn, module = load_user_fn(spec, target_path)  # first: the module may register its own contract
+    contracts.get(contract)
+    _USER_INFO[spec] = {"overlap": overlap, "target_path": contracts.import_root(module)}
     return registry.Target(name=spec, contract=contract, kind="user", overlap=overlap,
                            description=((fn.__doc__ or "").strip() or "user kernel").splitlines()[0], fn=fn)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from .engine import Verdict
+from mambafuzz.judge.engine import Verdict
 
 THRESHOLD = 0.1          # a kept candidate fails at least this fraction of the first failure's rate (at 95%)
 CONFIDENCE = 0.95

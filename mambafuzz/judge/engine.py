@@ -25,11 +25,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import blame
-from .cases import Case
-from .errors import CaseError, Inconclusive, InternalError, Rejected, rejection
-from .materialize import Materialized, Mismatch, materialize
-from .stats import rate_upper_bound
+from mambafuzz.judge import blame
+from mambafuzz.contracts.cases import Case
+from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, rejection
+from mambafuzz.judge.materialize import Materialized, Mismatch, materialize
+from mambafuzz.judge.stats import rate_upper_bound
 
 MODES = ("compare", "race")
 # What a failure is, the same word in tables, JSON reports and crash files: wrong bytes, a recorded
@@ -203,7 +203,7 @@ def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None,
               interpreted: bool = False) -> list[Any]:
     if recorder is None:
         if interpreted:  # unrecorded CPU repetitions: the recorder's interpreter adapters alone
-            from .racecheck.hooks import interpreter_adapters
+            from mambafuzz.racecheck.hooks import interpreter_adapters
             with interpreter_adapters():
                 m.run(fn, amplifiable)
         else:
@@ -228,7 +228,7 @@ def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", ampli
     with it what a race shows).  Past `end` (``time.monotonic()``) the batch
     stops launching repetitions (``gpu_reps.TimeBox``): the verdict counts the ones that ran.
     """
-    from .gpu_reps import failing_mismatch, graph_from_env, run_reps
+    from mambafuzz.judge.gpu_reps import failing_mismatch, graph_from_env, run_reps
 
     verdict = Verdict(reps=0, failures=0, mode=mode)
     try:
@@ -277,8 +277,8 @@ def _run_case(fn, case: Case, device: str, reps: int, mode: str, amplifiable: bo
 def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable: bool | None,
             end: float | None = None) -> Verdict:
     if device == "cuda" and reps > 1 and mode == "compare":
-        from .gpu_reps import device_reps_enabled
-        if device_reps_enabled():  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
+        from mambafuzz.judge.gpu_reps import device_reps_enabled
+        if device_reps_enabled() and m.device_judgeable:  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
             return reps_verdict(m, fn, reps, mode=mode, amplifiable=amplifiable, end=end)
     verdict = Verdict(reps=0, failures=0, mode=mode)
     for rep in range(max(1, reps)):
@@ -286,7 +286,7 @@ def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable:
             break
         recorder = None
         if device == "cpu" and rep == 0:  # on the CPU the recorder also fences off wild pointers
-            from .racecheck import RaceRecorder
+            from mambafuzz.racecheck import RaceRecorder
             recorder = RaceRecorder()
         if rep:
             m.restore()

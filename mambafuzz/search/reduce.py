@@ -24,8 +24,8 @@ import dataclasses
 import itertools
 from typing import Callable, Iterator
 
-from . import contracts
-from .cases import Case
+from mambafuzz import contracts
+from mambafuzz.contracts.cases import Case
 
 
 def candidates(case: Case) -> Iterator[Case]:

@@ -139,7 +139,7 @@ def batch_features(case) -> dict[str, str]:
 def _pool_requests(case) -> list[tuple[int, int, int, int]]:
     """(request, src_col, dst_col, bias) of every request that copies."""
     if case.contract == "postprocess":
-        from .oracle import decide
+        from mambafuzz.oracle import decide
 
         d = decide(case.num_computed, case.num_scheduled, case.num_draft, case.num_accepted, case.state_idx,
                    case.block_size)
@@ -219,7 +219,7 @@ def pool_features(case) -> dict[str, str]:
            "past_2gib_by": joined("past_2gib_by", _pool_terms(case)),
            "tiles": bucket(case.num_tiles, COUNT_EDGES)}
     if case.contract == "postprocess":
-        from .oracle import decide
+        from mambafuzz.oracle import decide
 
         d = decide(case.num_computed, case.num_scheduled, case.num_draft, case.num_accepted, case.state_idx,
                    case.block_size)
@@ -392,9 +392,9 @@ def _features(case, verdict=None) -> dict[str, str]:
     """features() with the race map's (shift, size) under RACE_SHIFT / RACE_SIZE."""
     own = BY_CONTRACT.get(case.contract)
     if own is None:
-        from . import contracts
+        from mambafuzz import contracts
 
-        own = getattr(contracts.CONTRACTS.get(case.contract), "features", None) or (lambda c: {})
+        own = getattr(contracts.registered().get(case.contract), "features", None) or (lambda c: {})
     out = dict(own(case))
     out.update(perturb_features(getattr(case, "perturb", None)))
     if verdict is not None:

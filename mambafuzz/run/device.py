@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .errors import UsageError
+from mambafuzz.errors import UsageError
 
 DEVICES = ("cpu", "cuda", "auto")
 # What the process was started with; select() sets TRITON_INTERPRET itself afterwards.

@@ -1,7 +1,7 @@
 """Many repetitions of one case on the device, judged on the device, one sync per batch.
 
 A repetition is the target's launches on the current stream, then the judge's
-(one for ``kernels.check.CheckRestore``, two for ``ChunkCheck``): count the
+(one for ``judge.check.CheckRestore``, two for ``ChunkCheck``): count the
 bytes that differ from the oracle into ``counter[rep]`` and leave the arena
 fit for the next repetition.  Before the first repetition the arena is brought
 back to the snapshot, moving only what can differ from it (``_start``).  The
@@ -17,7 +17,7 @@ still judged on the device with one sync, and ``fallback_reason`` says why.
 
 Two judges (``choose_judge``): ``full`` (``CheckRestore`` over the whole
 arena, every repetition) for small and sparse arenas, where a repetition costs
-its launches, not its bytes; ``chunks`` (``kernels.check.ChunkCheck``) for dense
+its launches, not its bytes; ``chunks`` (``judge.check.ChunkCheck``) for dense
 arenas of ``CHUNK_MIN_BYTES`` or more, where reading the arena, expectation and
 snapshot and writing the arena every repetition would cost twice the target's
 own traffic.  ``chunk_plan`` says which chunks a repetition judges (those a
@@ -44,8 +44,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import contracts
-from .materialize import Materialized, Mismatch
+from mambafuzz import contracts
+from mambafuzz.judge.materialize import Materialized, Mismatch
 
 DEFAULT_K = 16          # repetitions per captured graph (at most)
 MIN_GRAPH_REPS = 32     # graph=None: fewer repetitions than this are not worth a capture
@@ -318,14 +318,14 @@ class _Buffers:
                  full_every: int = FULL_EVERY):
         dev = m.arena.device
         aux = {}
-        if m.expected_accepted is not None:
-            acc = m.args[m.out_name]
-            aux = dict(aux=acc, aux_snapshot=m.accepted_snapshot,
-                       aux_expected=torch.from_numpy(np.ascontiguousarray(m.expected_accepted, dtype=np.int32))
-                       .to(dev))
-            if aux["aux_expected"].numel() != acc.numel():
-                raise ValueError("expected accepted counts and num_accepted differ in length")
-        from mambafuzz.kernels.check import CHUNK_WORDS, CheckRestore, ChunkCheck
+        if m.outputs:  # the one exact in-place output (device_judgeable) rides along as the aux buffer
+            out = m.outputs[0]
+            live = m.args[out.name]
+            want = torch.from_numpy(np.ascontiguousarray(out.expected)).to(dev).to(live.dtype)
+            if want.numel() != live.numel():
+                raise ValueError(f"the expected {out.name} and the argument differ in length")
+            aux = dict(aux=live, aux_snapshot=m.output_snapshots[out.name], aux_expected=want)
+        from mambafuzz.judge.check import CHUNK_WORDS, CheckRestore, ChunkCheck
 
         self.plan = None
         if m._positions is None:

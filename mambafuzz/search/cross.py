@@ -70,7 +70,7 @@ class Witness:
 
 
 def _request(target, case, shrink_seconds: float) -> dict[str, Any]:
-    from .targets import user_info
+    from mambafuzz.cli.targets import user_info
 
     info = user_info(target.name) or {}
     return {"target": target.name, "contract": case.contract, "overlap": getattr(target, "overlap", "full"),
@@ -86,7 +86,7 @@ def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float =
     env["CUDA_VISIBLE_DEVICES"] = ""  # the child needs no GPU, and must not touch the parent's context
     try:
         request = json.dumps(_request(target, case, min(shrink_seconds, max(1.0, timeout - 10))))
-        proc = subprocess.run([sys.executable, "-m", "mambafuzz.cross"], input=request, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "mambafuzz.search.cross"], input=request, capture_output=True,
                               text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return Witness(UNAVAILABLE, why=f"the CPU child did not answer within {timeout:g} s",
@@ -110,7 +110,7 @@ def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float =
 def _same_failure(first, verdict) -> bool:
     """Shrinking on the CPU keeps the kind of evidence: a hazard stays a hazard (one that can change
     bytes stays one: ``reduce.same_value_only``), wrong bytes stay wrong."""
-    from .reduce import same_value_only
+    from mambafuzz.search.reduce import same_value_only
 
     if not verdict.failed:
         return False
@@ -121,12 +121,12 @@ def _same_failure(first, verdict) -> bool:
 
 def _child_answer(request: dict[str, Any]) -> Witness:
     """In the child: judge the case in race mode on the CPU and shrink it while the hazard stays."""
-    from . import device
-    from .cases import case_from_json
-    from .engine import run_case
-    from .errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
-    from .reduce import reduce_case
-    from .targets import resolve_one
+    from mambafuzz.run import device
+    from mambafuzz.contracts import case_from_json
+    from mambafuzz.judge.engine import run_case
+    from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
+    from mambafuzz.search.reduce import reduce_case
+    from mambafuzz.cli.targets import resolve_one
 
     try:
         device.select("cpu")

@@ -14,10 +14,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from . import interrupt, outcome
-from . import device as device_mod
-from .errors import UsageError
-from .outcome import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_USAGE
+from mambafuzz.run import interrupt
+from mambafuzz.report import outcome
+from mambafuzz.run import device as device_mod
+from mambafuzz.errors import UsageError
+from mambafuzz.report.outcome import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class _Console:
@@ -141,10 +142,10 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
 
 def _add_contract_options(p, *, with_defaults: bool) -> None:
     """Each contract's own options (what a user's kernel supports), e.g. --overlap for batch_memcpy."""
-    from . import contracts
+    from mambafuzz import contracts
 
     seen = set()
-    for contract in contracts.CONTRACTS.values():
+    for contract in contracts.registered().values():
         for option in contract.cli_options:
             if option.flag not in seen:
                 seen.add(option.flag)
@@ -168,12 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
 
     def fill_fuzz(p):
-        from . import contracts
+        from mambafuzz import contracts
 
         p.add_argument("--target", action="append", required=True,
                        help="name, glob, or module:function (with --contract); repeatable")
-        p.add_argument("--contract", choices=contracts.NAMES, metavar="CONTRACT",
-                       help=f"the contract of a module:function target: {', '.join(contracts.NAMES)}")
+        p.add_argument("--contract", metavar="CONTRACT",
+                       help=f"the contract of a module:function target: {', '.join(contracts.names())}, or one "
+                            "the target's module registers (mambafuzz.contracts.register)")
         _add_contract_options(p, with_defaults=True)
         _add_run_options(p, max_examples=1000, time_default=None)
 
@@ -186,14 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(crashes_dir=Path(".mambafuzz/zoo-crashes"))
 
     def fill_replay(p):
-        from . import contracts
+        from mambafuzz import contracts
 
         p.add_argument("paths", nargs="*", type=Path, default=[Path("crashes")])
         p.add_argument("--against", default=None,
                        help="run this target instead of the one recorded: a name, or module:function "
                             "(contract and overlap from each crash file)")
-        p.add_argument("--contract", choices=contracts.NAMES, default=None, metavar="CONTRACT",
-                       help=f"with --against module:function: its contract, {', '.join(contracts.NAMES)} "
+        p.add_argument("--contract", default=None, metavar="CONTRACT",
+                       help=f"with --against module:function: its contract, {', '.join(contracts.names())} "
                             "(None: the crash file's)")
         _add_contract_options(p, with_defaults=False)
         p.add_argument("--device", default="cpu", choices=device_mod.DEVICES)
@@ -223,8 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _fuzz_options(args, device: str):
     from mambafuzz import strategies
 
-    from . import contracts
-    from .fuzz import FuzzOptions, check_database, check_redis
+    from mambafuzz import contracts
+    from mambafuzz.search.fuzz import FuzzOptions, check_database, check_redis
 
     mode = args.mode or ("race" if device == "cpu" else "compare")
     if mode == "race" and device != "cpu":
@@ -241,7 +243,7 @@ def _fuzz_options(args, device: str):
                        seed=args.seed, database=database, crashes_dir=crashes_dir, profile=profile,
                        observe=_observe_dir(args.observe),
                        witness=args.cpu_witness if args.cpu_witness is not None else args.command == "fuzz",
-                       contract_options={o.name: getattr(args, o.name) for c in contracts.CONTRACTS.values()
+                       contract_options={o.name: getattr(args, o.name) for c in contracts.registered().values()
                                          for o in c.cli_options if getattr(args, o.name, None) is not None})
 
 
@@ -256,7 +258,7 @@ def _observe_dir(folder: Path | None) -> str | None:
 def _print_coverage(reports) -> None:
     """Per target, how many examples drew each feature's buckets; a warning (for a target with no finding)
     about the buckets its contract draws that this run never did.  Lines fit 80 columns."""
-    from .features import summary_lines
+    from mambafuzz.search.features import summary_lines
 
     for r in reports:
         for line in summary_lines(r.target, r.tally, warn=r.finding is None):
@@ -313,7 +315,7 @@ def _failed_cell(r) -> str:
 def _details(reports, device: str) -> list[str]:
     """Plain lines (never wrapped by us): each finding with its case, file and replay command; why each
     inconclusive target is so."""
-    from .findings import replay_command
+    from mambafuzz.findings import replay_command
 
     lines = []
     for r in reports:
@@ -400,9 +402,9 @@ class _View:
 
 def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool):
     """Run the targets under a view; Ctrl-C / SIGTERM stop cleanly, keeping what was found."""
-    from . import runner
+    from mambafuzz.run import runner
 
-    from . import precompile
+    from mambafuzz.run import precompile
 
     gpus = _gpu_list(args.gpus, device)
     helpers = args.precompile
@@ -459,7 +461,7 @@ def description_lines(targets, width: int = 80) -> list[str]:
 
 
 def _check_signatures(targets) -> None:
-    from .signature import check
+    from mambafuzz.judge.signature import check
 
     for t in targets:
         check(t.fn, t.contract, t.name)
@@ -468,7 +470,7 @@ def _check_signatures(targets) -> None:
 def cmd_fuzz(args, *, smoke: bool = False) -> int:
     device = device_mod.select(args.device)
     from mambafuzz.kernels import registry
-    from .targets import resolve
+    from mambafuzz.cli.targets import resolve
 
     if smoke:  # the quick torch paths first: the time they leave of --time goes to the kernels after them
         targets = sorted((t for t in registry.all_targets() if t.kind in ("correct", "torch") and device in t.devices),
@@ -523,7 +525,7 @@ def cmd_zoo(args) -> int:
     or its finding is of another kind), 3 if one could not be checked."""
     device = device_mod.select(args.device)
     from mambafuzz.kernels import registry, zoo
-    from .targets import resolve
+    from mambafuzz.cli.targets import resolve
 
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
     opts = _fuzz_options(args, device)
@@ -600,8 +602,8 @@ def cmd_replay(args) -> int:
     row per file under "files", also when the whole command fails (then each
     file's row says why).
     """
-    from . import findings
-    from .replay import COULD_NOT_RUN, Against, ReplayRow, exit_code, replay
+    from mambafuzz import findings
+    from mambafuzz.findings.replay import COULD_NOT_RUN, Against, ReplayRow, exit_code, replay
 
     files: list[Path] = []
     try:
@@ -613,7 +615,7 @@ def cmd_replay(args) -> int:
         device = device_mod.select(args.device)  # before any import of the kernels, a user's module too
         against = None
         if args.against:
-            from .targets import load_user_fn, resolve_one
+            from mambafuzz.cli.targets import load_user_fn, resolve_one
             if ":" in args.against:
                 load_user_fn(args.against)  # a missing module is one error, not one per file
                 against = Against(args.against, args.contract, args.overlap)
@@ -673,7 +675,7 @@ def replay_lines(rows, width: int = 80) -> list[str]:
 
 def cmd_report(args) -> int:
     """Write the page; a bad input or output is one line and exit 2."""
-    from .report import build
+    from mambafuzz.report import build
 
     report = build(args.path, args.output)
     found = sum(t.finding is not None for t in report.targets)
@@ -682,7 +684,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_selfcheck(args) -> int:
-    from .selfcheck import run_selfcheck
+    from mambafuzz.oracle.selfcheck import run_selfcheck
 
     failures = run_selfcheck()
     for name, ok, detail in failures:

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cases import Case, case_from_json
-from .contracts import NAMES as CONTRACTS
-from .engine import Verdict
-from .errors import CaseError, CrashFileError, UsageError
+from mambafuzz import contracts
+from mambafuzz.contracts import case_from_json
+from mambafuzz.contracts.cases import Case
+from mambafuzz.judge.engine import Verdict
+from mambafuzz.errors import CaseError, CrashFileError, UsageError
 
 CRASH_SCHEMA = 1
 _REQUIRED = ("schema", "target", "contract", "device", "mode", "case", "verdict")
@@ -125,7 +126,7 @@ class Finding:
             lines.append(f"rate: {k}/{n} as found; {self.verdict.failures}/{self.verdict.reps} on this case "
                          f"(< {self.verdict.rate_upper95:.2g} at 95%)")
         if self.witness:
-            from .cross import Witness
+            from mambafuzz.search.cross import Witness
             try:
                 lines.append(Witness.from_json(self.witness).line())
             except (ValueError, TypeError):
@@ -185,7 +186,7 @@ def replay_command(path: Path, finding: Finding) -> str:
 
 def to_record(finding: Finding, path: Path) -> dict[str, Any]:
     """A crash file's body: the finding's JSON (less its path: the file is where it is) and how to replay it."""
-    from .targets import user_info
+    from mambafuzz.cli.targets import user_info
 
     info = user_info(finding.target) or {}
     body = {k: v for k, v in finding.to_json().items() if k != "path"}
@@ -194,6 +195,7 @@ def to_record(finding: Finding, path: Path) -> dict[str, Any]:
         **body,
         "overlap": info.get("overlap", "full"),
         **({"target_path": info["target_path"]} if info.get("target_path") else {}),
+        **({"contract_origin": origin} if (origin := contracts.get(finding.contract).origin_record()) else {}),
         "environment": environment(),
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "replay": replay_command(path, finding),
@@ -282,7 +284,7 @@ _SECONDS = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) an
 _OBJECT = (lambda v: isinstance(v, dict)), "an object"
 _FIELDS: dict[str, tuple] = {  # field -> (check, what it must be); "case" and "schema" are checked apart
     "target": ((lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string"),
-    "contract": _one_of(*CONTRACTS),
+    "contract": ((lambda v: isinstance(v, str) and v.isidentifier()), "a contract name"),
     "device": _one_of("cpu", "cuda"),
     "mode": _one_of("compare", "race"),
     "reps": (_count, "a non-negative integer"),
@@ -355,6 +357,7 @@ def load(path: Path) -> CrashRecord:
         raise CrashFileError(f"{path}: malformed crash file, missing {', '.join(missing)}")
     _check_fields(path, body)
     try:
+        contracts.import_origin(body.get("contract_origin"))  # a user's contract registers on import
         case = case_from_json(body["case"])
     except CaseError as exc:
         raise CrashFileError(f"{path}: {exc}") from None

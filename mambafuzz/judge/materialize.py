@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from mambafuzz import contracts, oracle
+from mambafuzz.contracts.base import Output
 from mambafuzz.kernels.perturb import Perturb
 
-from .cases import Case
-from .errors import CaseError
-from .signature import accepts, by_position
+from mambafuzz.contracts.cases import Case
+from mambafuzz.errors import CaseError
+from mambafuzz.judge.signature import accepts, by_position
 
 FIRST_DIFFS = 8
 
@@ -29,12 +30,13 @@ def fill_bytes(seed: int, n: int) -> np.ndarray:
 
 @dataclass
 class Mismatch:
-    """What differed between a repetition and the oracle, numpy.testing style."""
+    """What differed between a repetition and the oracle, numpy.testing style: arena bytes, then the
+    elements of in-place output arguments (``outputs``: argument, index, where, expected, actual)."""
 
     count: int
     total: int
     first: list[dict[str, Any]]
-    accepted: list[dict[str, int]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
     note: str = ""  # set when the first bytes could not be captured (see gpu_reps.failing_mismatch)
 
     def summary(self) -> str:
@@ -46,23 +48,40 @@ class Mismatch:
             parts.append(f"{self.count} of {self.total} bytes differ ({100 * self.count / self.total:.3g}%); "
                          f"first at arena+{f['offset']} ({f['where']}): expected 0x{f['expected']:02x}, "
                          f"got 0x{f['actual']:02x}")
-        if self.accepted:
-            a = self.accepted[0]
-            parts.append(f"accepted count of request {a['request']}: expected {a['expected']}, got {a['actual']}")
+        if self.outputs:
+            a = self.outputs[0]
+            parts.append(f"{a['argument']}[{a['index']}] ({a['where']}): expected {a['expected']}, "
+                         f"got {a['actual']}")
         if self.note:
             parts.append(self.note)
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"count": self.count, "total": self.total, "first": self.first, "accepted": self.accepted}
+        out = {"count": self.count, "total": self.total, "first": self.first, "outputs": self.outputs}
         if self.note:
             out["note"] = self.note
         return out
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> "Mismatch":
+        outputs = list(body.get("outputs", []))
+        # crash files before the generic outputs: postprocess's accepted counts
+        outputs += [{"argument": "num_accepted", "index": a["request"], "where": f"request {a['request']}",
+                     "expected": a["expected"], "actual": a["actual"]} for a in body.get("accepted", [])]
         return cls(count=body["count"], total=body["total"], first=list(body.get("first", [])),
-                   accepted=list(body.get("accepted", [])), note=body.get("note", ""))
+                   outputs=outputs, note=body.get("note", ""))
+
+
+def differing(output: Output, got: np.ndarray) -> np.ndarray:
+    """Indices of `got`'s elements outside `output`'s expectation (exactly, or within its tolerance)."""
+    want = output.expected.reshape(-1)
+    got = got.reshape(-1)
+    if output.exact:
+        return np.flatnonzero(got != want)
+    want64, got64 = want.astype(np.float64), got.astype(np.float64)
+    close = np.abs(got64 - want64) <= output.atol + output.rtol * np.abs(want64)
+    close |= np.isnan(want64) & np.isnan(got64)
+    return np.flatnonzero(~close)
 
 
 @dataclass
@@ -76,10 +95,9 @@ class Materialized:
     expected: np.ndarray
     args: dict[str, Any]
     kwargs: dict[str, Any]
-    # an argument the target updates in place (postprocess's num_accepted): its name, expected values, snapshot
-    expected_accepted: np.ndarray | None = None
-    accepted_snapshot: torch.Tensor | None = None
-    out_name: str | None = None
+    # arguments the target updates in place: what each must hold, and its value before the run
+    outputs: tuple[Output, ...] = ()
+    output_snapshots: dict[str, torch.Tensor] = field(default_factory=dict)
     _arena_snapshot: torch.Tensor | None = None
     positions: np.ndarray | None = None  # sparse mode: arena offset of each snapshot byte
     _positions: torch.Tensor | None = None
@@ -97,8 +115,8 @@ class Materialized:
             self.arena.copy_(self._arena_snapshot)
         else:
             self.arena[self._positions] = self._arena_snapshot
-        if self.accepted_snapshot is not None:
-            self.args[self.out_name].copy_(self.accepted_snapshot)
+        for name, before in self.output_snapshots.items():
+            self.args[name].copy_(before)
 
     def run(self, fn, amplifiable: bool | None = None) -> None:
         """Call ``fn`` on the live arena, as its contract says (``signature``).
@@ -133,6 +151,12 @@ class Materialized:
         else:
             fn(**self.args, **self.kwargs, **extra)
 
+    @property
+    def device_judgeable(self) -> bool:
+        """Whether the GPU judge can count this case's differences: at most one in-place output, exact
+        (it rides along as the check kernel's byte-compared aux buffer); else the host compares."""
+        return len(self.outputs) <= 1 and all(o.exact for o in self.outputs)
+
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor a target may touch, by name (the race recorder's regions)."""
         import torch
@@ -148,17 +172,18 @@ class Materialized:
             actual = self.snapshot.copy()
             actual[self.positions >= 0] = self.arena[self._positions].cpu().numpy()
         diff = np.flatnonzero(actual != self.expected)
-        bad_acc: list[dict[str, int]] = []
-        if self.expected_accepted is not None:
-            got = self.args[self.out_name].cpu().numpy()
-            for r in np.flatnonzero(got != self.expected_accepted)[:FIRST_DIFFS]:
-                bad_acc.append({"request": int(r), "expected": int(self.expected_accepted[r]), "actual": int(got[r])})
-        if diff.size == 0 and not bad_acc:
+        bad_out: list[dict[str, Any]] = []
+        for out in self.outputs:
+            got = self.args[out.name].cpu().numpy().reshape(-1)
+            for i in differing(out, got)[:FIRST_DIFFS]:
+                bad_out.append({"argument": out.name, "index": int(i), "where": out.what.format(i=int(i)),
+                                "expected": out.expected.reshape(-1)[i].item(), "actual": got[i].item()})
+        if diff.size == 0 and not bad_out:
             return None
         offsets = diff if self.positions is None else self.positions[diff]
         first = [{"offset": int(a), "expected": int(self.expected[o]), "actual": int(actual[o]),
                   "where": contracts.of(self.case).locate(self.case, int(a))} for o, a in zip(diff[:FIRST_DIFFS], offsets)]
-        return Mismatch(int(diff.size), int(actual.size), first, bad_acc)
+        return Mismatch(int(diff.size), int(actual.size), first, bad_out)
 
 
 def materialize(case: Case, device: str) -> Materialized:
@@ -198,9 +223,8 @@ def materialize(case: Case, device: str) -> Materialized:
         raise CaseError(str(exc)) from None
     except (TypeError, ValueError, OverflowError) as exc:  # malformed numbers in a hand-edited case
         raise CaseError(f"malformed case: {exc}") from None
-    out_snapshot = prepared.args[prepared.out_name].clone() if prepared.out_name else None
     return Materialized(case, device, arena, snapshot, prepared.expected, prepared.args, prepared.kwargs,
-                        expected_accepted=prepared.out_expected, accepted_snapshot=out_snapshot,
-                        out_name=prepared.out_name,
+                        outputs=prepared.outputs,
+                        output_snapshots={o.name: prepared.args[o.name].clone() for o in prepared.outputs},
                         _arena_snapshot=arena_snapshot, positions=positions, _positions=positions_dev,
                         perturb=perturb)
