@@ -10,6 +10,7 @@ imported on the first lookup, so importing this package imports no contract.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import os
@@ -49,6 +50,12 @@ def register(contract: Contract) -> Contract:
     if getattr(case_type, "contract", None) != name:
         raise UsageError(f"contract {name!r}: its case type {getattr(case_type, '__name__', case_type)!r} must say "
                          f"contract = {name!r} (a ClassVar)")
+    fields = [f.name for f in dataclasses.fields(case_type)] if dataclasses.is_dataclass(case_type) else []
+    checks = {k for klass in case_type.__mro__ for k in klass.__dict__.get("FIELD_CHECKS", {})}
+    unchecked = [f for f in fields if f not in checks]
+    if unchecked:
+        raise UsageError(f"contract {name!r}: case field(s) {', '.join(unchecked)} have no FIELD_CHECKS entry "
+                         "(a crash file's hand-edited value must fail in one line)")
     module = type(contract).__module__
     if contract.origin is None and not module.startswith("mambafuzz.") and module in sys.modules:
         contract.origin, contract.origin_path = module, import_root(sys.modules[module])
