@@ -17,7 +17,9 @@ import sys
 
 import torch
 
+from mambafuzz import contracts
 from mambafuzz.contracts.pools import META_COLUMNS
+from mambafuzz.contracts.slots import SLOT_META_COLUMNS
 
 _COL = {name: i for i, name in enumerate(META_COLUMNS)}
 META_COLS = len(META_COLUMNS)
@@ -143,8 +145,6 @@ _INT_DTYPES = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def slot_buffers(meta: torch.Tensor, arena: torch.Tensor) -> list[torch.Tensor]:
     """The slot contracts' buffers as tensors ``[layers, slots, slot_bytes / elem]`` viewing the arena
     (an integer dtype of the element size; padded strides kept), what index-based engines hold."""
-    from mambafuzz.contracts.slots import SLOT_META_COLUMNS
-
     col = {name: i for i, name in enumerate(SLOT_META_COLUMNS)}
     if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != len(SLOT_META_COLUMNS):
         raise TypeError(f"slot_buffers: meta must be int64 [B, {len(SLOT_META_COLUMNS)}], got {tuple(meta.shape)}")
@@ -164,10 +164,8 @@ def _cell(text: str) -> str:
 
 def arguments_table() -> str:
     """Markdown: every argument each contract passes (dtype, shape) and every contract option."""
-    from mambafuzz import contracts
-
     rows = ["| contract | argument | passed as | dtype | shape | meaning |", "| --- | --- | --- | --- | --- | --- |"]
-    for c in contracts.registered().values():
+    for c in [c for c in contracts.registered().values() if c.origin is None]:  # the built-in ones
         for a in c.arguments:
             rows.append(f"| {c.name} | `{a.name}` | positional | {a.dtype} | {a.shape} | {_cell(a.meaning)} |")
         for a in c.options:
@@ -175,7 +173,7 @@ def arguments_table() -> str:
         rows.append(f"| {c.name} | `arena` | keyword, if your function takes it | uint8 | [arena bytes] | "
                     f"the memory every address points into (`adapters.bytes_at`) |")
     rows += ["", "| contract | option | values | default | meaning |", "| --- | --- | --- | --- | --- |"]
-    for c in contracts.registered().values():
+    for c in [c for c in contracts.registered().values() if c.origin is None]:  # the built-in ones
         for o in c.cli_options:
             values = " \\| ".join(str(v) for v in o.choices)
             rows.append(f"| {c.name} | `{o.name}` (`{o.flag}`) | {values} | {o.default} | {_cell(o.help)} |")

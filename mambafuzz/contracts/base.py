@@ -55,7 +55,7 @@ class Output:
     """An argument the target updates in place (not arena bytes), and what it must hold afterwards.
 
     Compared element by element: exactly, or within ``atol + rtol * |expected|``
-    where a contract's outputs are float math.  ``what`` names one element in a
+    where a contract's outputs are float math; elements where ``care`` is False are not compared.  ``what`` names one element in a
     report ("request {i}"); the engine restores the argument before every run.
     """
 
@@ -64,10 +64,11 @@ class Output:
     atol: float = 0.0
     rtol: float = 0.0
     what: str = "element {i}"
+    care: np.ndarray | None = None   # bool, as `expected`: False where any value is right (a pad row's output)
 
     @property
     def exact(self) -> bool:
-        return self.atol == 0 and self.rtol == 0
+        return self.atol == 0 and self.rtol == 0 and self.care is None
 
 
 @dataclass
@@ -128,7 +129,12 @@ class Contract:
     def image(self, case) -> Image:
         return Image()
 
-    def prepare(self, case, image: Image, snapshot: np.ndarray, base: int, device: str) -> Prepared:
+    def prepare(self, case, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
+        """The target's arguments and the oracle's expectation (from `snapshot`, never from `arena`).
+
+        `arena` is the live uint8 tensor on `device` holding the snapshot's bytes (its ``data_ptr()`` is
+        byte 0 of the case): pointers are addresses into it, tensor arguments may be views of it.
+        """
         raise NotImplementedError
 
     def locate(self, case, offset: int) -> str:

@@ -18,6 +18,7 @@ from mambafuzz.kernels.perturb import Perturb
 
 from mambafuzz.contracts.cases import Case
 from mambafuzz.errors import CaseError
+from mambafuzz.instrument import perturbed_launches
 from mambafuzz.judge.signature import accepts, by_position
 
 FIRST_DIFFS = 8
@@ -65,7 +66,7 @@ class Mismatch:
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> "Mismatch":
         outputs = list(body.get("outputs", []))
-        # crash files before the generic outputs: postprocess's accepted counts
+        # crash files from before the generic outputs: one contract's accepted counts
         outputs += [{"argument": "num_accepted", "index": a["request"], "where": f"request {a['request']}",
                      "expected": a["expected"], "actual": a["actual"]} for a in body.get("accepted", [])]
         return cls(count=body["count"], total=body["total"], first=list(body.get("first", [])),
@@ -76,11 +77,14 @@ def differing(output: Output, got: np.ndarray) -> np.ndarray:
     """Indices of `got`'s elements outside `output`'s expectation (exactly, or within its tolerance)."""
     want = output.expected.reshape(-1)
     got = got.reshape(-1)
-    if output.exact:
-        return np.flatnonzero(got != want)
-    want64, got64 = want.astype(np.float64), got.astype(np.float64)
-    close = np.abs(got64 - want64) <= output.atol + output.rtol * np.abs(want64)
-    close |= np.isnan(want64) & np.isnan(got64)
+    if output.atol == 0 and output.rtol == 0:
+        close = got == want
+    else:
+        want64, got64 = want.astype(np.float64), got.astype(np.float64)
+        close = np.abs(got64 - want64) <= output.atol + output.rtol * np.abs(want64)
+        close |= np.isnan(want64) & np.isnan(got64)
+    if output.care is not None:
+        close |= ~output.care.reshape(-1)
     return np.flatnonzero(~close)
 
 
@@ -98,9 +102,9 @@ class Materialized:
     # arguments the target updates in place: what each must hold, and its value before the run
     outputs: tuple[Output, ...] = ()
     output_snapshots: dict[str, torch.Tensor] = field(default_factory=dict)
-    _arena_snapshot: torch.Tensor | None = None
+    arena_snapshot: torch.Tensor | None = None  # the snapshot's live bytes on the device (what restore writes)
     positions: np.ndarray | None = None  # sparse mode: arena offset of each snapshot byte
-    _positions: torch.Tensor | None = None
+    device_positions: torch.Tensor | None = None  # sparse mode: `positions` of the live bytes, on the device
     perturb: Perturb | None = None  # the case's race amplification, validated
     # the latest run's record of a non-amplifiable target's perturbed launches (instrument.LaunchRecord):
     # which kernels got warp delays and why others did not; None when nothing was perturbed
@@ -111,10 +115,10 @@ class Materialized:
 
     def restore(self) -> None:
         self.arena_holds = "nothing"
-        if self._positions is None:
-            self.arena.copy_(self._arena_snapshot)
+        if self.device_positions is None:
+            self.arena.copy_(self.arena_snapshot)
         else:
-            self.arena[self._positions] = self._arena_snapshot
+            self.arena[self.device_positions] = self.arena_snapshot
         for name, before in self.output_snapshots.items():
             self.args[name].copy_(before)
 
@@ -138,7 +142,6 @@ class Materialized:
         if self.perturb is not None and amplifiable:
             extra["perturb"] = self.perturb
         if self.perturb is not None and not amplifiable and self.device != "cpu":
-            from mambafuzz.instrument import perturbed_launches  # imports kernels: only once compiled is chosen
             with perturbed_launches(self.perturb) as record:
                 self.instrumented = record
                 self._call(fn, extra)
@@ -166,11 +169,11 @@ class Materialized:
         return named
 
     def compare(self) -> Mismatch | None:
-        if self._positions is None:
+        if self.device_positions is None:
             actual = self.arena.cpu().numpy()
         else:  # sparse: filler bytes of the image (position -1) are never touched
             actual = self.snapshot.copy()
-            actual[self.positions >= 0] = self.arena[self._positions].cpu().numpy()
+            actual[self.positions >= 0] = self.arena[self.device_positions].cpu().numpy()
         diff = np.flatnonzero(actual != self.expected)
         bad_out: list[dict[str, Any]] = []
         for out in self.outputs:
@@ -218,7 +221,7 @@ def materialize(case: Case, device: str) -> Materialized:
             arena[positions_dev] = arena_snapshot
         else:
             arena, positions_dev = arena_snapshot.clone(), None
-        prepared = contract.prepare(case, image, snapshot, arena.data_ptr(), device)
+        prepared = contract.prepare(case, image, snapshot, arena, device)
     except oracle.OracleError as exc:
         raise CaseError(str(exc)) from None
     except (TypeError, ValueError, OverflowError) as exc:  # malformed numbers in a hand-edited case
@@ -226,5 +229,5 @@ def materialize(case: Case, device: str) -> Materialized:
     return Materialized(case, device, arena, snapshot, prepared.expected, prepared.args, prepared.kwargs,
                         outputs=prepared.outputs,
                         output_snapshots={o.name: prepared.args[o.name].clone() for o in prepared.outputs},
-                        _arena_snapshot=arena_snapshot, positions=positions, _positions=positions_dev,
+                        arena_snapshot=arena_snapshot, positions=positions, device_positions=positions_dev,
                         perturb=perturb)
