@@ -1,0 +1,133 @@
+"""The `conv_update` case (SPEC 2.7.1): one causal-conv1d decode or spec-decode step over a state pool.
+
+The pool is ``[slots, dim, state_len]`` elements of ``dtype`` at byte
+``offset``, slots ``slot_stride`` bytes apart; ``layout`` says which axis is
+contiguous inside a slot: ``dim`` (vLLM's default SD: token rows of ``dim``
+channels) or ``token`` (DS: each channel's ``state_len`` tokens together).
+Row b has ``lens[b]`` tokens (``varlen``: packed ``[T, dim]`` with
+``query_start_loc``; else every row has the same count, ``[B, dim, L]``),
+reads and writes slots through ``idx[b]`` (``C`` columns; ``idx_2d`` False
+passes ``[B]``), rows of the index array ``idx_stride`` elements apart.  Spec
+decode: ``nacc``; prefix caching: ``init`` / ``last`` columns.  x, weight
+and bias values come from the seed; the pool's from the arena.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from mambafuzz.contracts.cases import CaseBase, check_int, check_int_list, check_nested, show
+from mambafuzz.errors import CaseError
+
+DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+LAYOUTS = ("dim", "token")
+PADS = (-1, 0)
+
+
+def _one_of(name: str, choices):
+    def check(value) -> None:
+        if value not in choices:
+            raise CaseError(f"case field {name!r} must be one of {', '.join(map(str, choices))}, got {show(value)}")
+    return check
+
+
+def _bool(name: str):
+    def check(value) -> None:
+        if not isinstance(value, bool):
+            raise CaseError(f"case field {name!r} must be true or false, got {show(value)}")
+    return check
+
+
+def _optional_list(name: str, low: int):
+    def check(value) -> None:
+        if value is not None:
+            check_int_list(name, value, low)
+    return check
+
+
+def _check_idx(value) -> None:
+    check_nested("idx", value, 2)
+    if len({len(row) for row in value}) > 1 or any(len(row) == 0 for row in value):
+        raise CaseError("case field 'idx' must be rectangular [B][C] with C >= 1")
+
+
+@dataclass(frozen=True)
+class ConvUpdateCase(CaseBase):
+    contract: ClassVar[str] = "conv_update"
+    FIELD_CHECKS: ClassVar[dict] = {
+        "arena_size": lambda v: check_int("arena_size", v, 1),
+        "dtype": _one_of("dtype", tuple(DTYPES)),
+        "layout": _one_of("layout", LAYOUTS),
+        "offset": lambda v: check_int("offset", v, 0),
+        "slots": lambda v: check_int("slots", v, 1),
+        "dim": lambda v: check_int("dim", v, 1),
+        "state_len": lambda v: check_int("state_len", v, 1),
+        "slot_stride": lambda v: check_int("slot_stride", v, 1),
+        "width": lambda v: check_int("width", v, 2),
+        "bias": _bool("bias"),
+        "silu": _bool("silu"),
+        "varlen": _bool("varlen"),
+        "lens": lambda v: check_int_list("lens", v, 0),
+        "idx": _check_idx,
+        "idx_2d": _bool("idx_2d"),
+        "idx_stride": lambda v: check_int("idx_stride", v, 1),
+        "nacc": _optional_list("nacc", 0),
+        "init": _optional_list("init", 0),
+        "last": _optional_list("last", 0),
+        "pad": _one_of("pad", PADS),
+    }
+    arena_size: int
+    dtype: str
+    layout: str
+    offset: int
+    slots: int
+    dim: int
+    state_len: int
+    slot_stride: int
+    width: int
+    lens: tuple[int, ...]
+    idx: tuple[tuple[int, ...], ...]
+    bias: bool = True
+    silu: bool = True
+    varlen: bool = False
+    idx_2d: bool = False
+    idx_stride: int = 1
+    nacc: tuple[int, ...] | None = None
+    init: tuple[int, ...] | None = None
+    last: tuple[int, ...] | None = None
+    pad: int = -1
+    seed: int = 0
+    perturb: tuple[int, int, int, int, int] | None = None
+
+    @property
+    def elem(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.dim * self.state_len * self.elem
+
+    @property
+    def cols(self) -> int:
+        return len(self.idx[0]) if self.idx else 1
+
+    @property
+    def size(self) -> tuple:
+        """Shrinks towards fewer rows, fewer tokens, a narrower state, low slot numbers, no extras."""
+        extras = (self.bias + self.silu + self.varlen + self.idx_2d + (self.nacc is not None)
+                  + (self.init is not None) + (self.perturb is not None) + (self.dtype != "float32")
+                  + (self.layout != "dim"))
+        layout = (self.offset + self.slot_stride - self.slot_bytes + self.idx_stride - self.cols
+                  + sum(abs(v) for row in self.idx for v in row) + self.slots + self.arena_size)
+        return (len(self.lens), sum(self.lens), self.dim * self.state_len * self.width, self.cols, extras,
+                layout, self.seed != 0)
+
+    def describe(self) -> str:
+        spec = f", nacc {list(self.nacc)}" if self.nacc is not None else ""
+        apc = f", init {list(self.init)} last {list(self.last)}" if self.init is not None else ""
+        rows = ", ".join(f"{list(r) if len(r) > 1 else r[0]}" for r in self.idx[:6])
+        more = f", +{len(self.idx) - 6} more" if len(self.idx) > 6 else ""
+        return (f"pool {self.slots}x{self.dim}x{self.state_len} {self.dtype} ({self.layout}-contiguous, stride "
+                f"{self.slot_stride} B) at +{self.offset}; W {self.width}, lens {list(self.lens)}"
+                f"{' varlen' if self.varlen else ''}; idx {rows}{more}{spec}{apc}; pad {self.pad}"
+                f"{self._perturb_note()}")

@@ -1,0 +1,385 @@
+"""Contract `conv_update` (SPEC 2.7.1): the causal-conv1d state update of a decode or spec-decode step.
+
+The target gets vLLM's ``causal_conv1d_update`` arguments as tensors: ``x``
+(``[B, dim, L]``, or ``[T, dim]`` with ``query_start_loc``), ``conv_state``
+(a ``[S, dim, SL]`` view of the arena, either axis contiguous, slots padded),
+``weight [dim, W]``, ``bias [dim]`` or None, ``conv_state_indices`` (int32
+``[B]`` or ``[B, C]``, rows maybe further apart than ``C``), optional
+``num_accepted_tokens``, ``query_start_loc``, ``initial_state_idx`` and
+``last_state_idx`` (prefix caching), and ``out`` to write, shaped as ``x``.
+
+Checked: the pool's bytes exactly (a stored slot's new state, every other
+slot, the pad slot, padding and guard bytes unchanged); ``out`` within a
+per-element bound (``oracle.conv_tolerance``: products rounded to the state
+dtype, an fp32 sum, SiLU), except rows that skip (pad, no tokens), whose
+output is anything (vLLM leaves ``x``, SGLang garbage); every input exactly
+unchanged.  Pools past 256 MiB are materialised sparsely (the named slots).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+
+from mambafuzz import oracle
+from mambafuzz.contracts.cases.conv_update import DTYPES, ConvUpdateCase
+from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+from mambafuzz.errors import UsageError
+from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, plan_conv_update
+
+from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
+
+_RAW = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+
+
+def to_float64(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored elements (float32, float16, or bfloat16 as its uint16 bits) as float64."""
+    if dtype == "bfloat16":
+        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return raw.astype(np.float64)
+
+
+def from_float64(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values that `dtype` holds exactly (copies of stored ones) back as stored elements."""
+    if dtype == "bfloat16":
+        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return values.astype(_RAW[dtype])
+
+
+def finite_values(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
+    """`n` normal values of unit size (so a wrong slot or column is a large error), stored as `dtype`."""
+    values = rng.standard_normal(n).astype(np.float32)
+    if dtype == "bfloat16":
+        return (values.view(np.uint32) >> 16).astype(np.uint16)
+    return values.astype(_RAW[dtype])
+
+
+def _pad(value) -> int:
+    pad = int(value) if str(value).lstrip("-").isdigit() else None
+    if pad not in (-1, 0):
+        raise UsageError(f"conv_update option pad must be -1 or 0, got {value!r}")
+    return pad
+
+
+def _min_accepted(value) -> int:
+    got = int(value) if str(value).isdigit() else None
+    if got not in (0, 1):
+        raise UsageError(f"conv_update option min_accepted must be 0 or 1, got {value!r}")
+    return got
+
+
+class ConvUpdate(Contract):
+    name = "conv_update"
+    case_type = ConvUpdateCase
+    summary = "causal conv1d decode step: read idx[b, init], convolve, store the new window to idx[b, last]"
+    arguments = (
+        Argument("x", "state dtype", "[B, dim, L] or [T, dim]", "the step's tokens (varlen: packed)"),
+        Argument("conv_state", "float32, float16 or bfloat16", "[S, dim, SL] (strided)",
+                 "the pool: a view of the arena, dim or token axis contiguous, slots padded"),
+        Argument("weight", "state dtype", "[dim, W]", "the taps, W = 2..6"),
+        Argument("bias", "state dtype or None", "[dim]", "added before the activation"),
+        Argument("conv_state_indices", "int32", "[B] or [B, C] (row stride >= C)",
+                 "slots of row b; the pad value means none"),
+        Argument("num_accepted_tokens", "int32 or None", "[B]",
+                 "spec decode: the window is read at column max(nacc - 1, 0)"),
+        Argument("query_start_loc", "int32 or None", "[B + 1]", "varlen: row b's tokens are x[qsl[b]:qsl[b+1]]"),
+        Argument("initial_state_idx", "int32 or None", "[B]", "prefix caching: the index column read"),
+        Argument("last_state_idx", "int32 or None", "[B]", "prefix caching: the index column stored"),
+        Argument("out", "state dtype", "as x", "the outputs to write (skipped rows: anything)"),
+    )
+    options = (
+        Argument("activation", "str or None", "", "'silu' or None"),
+        Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
+        Argument("max_query_len", "int", "", "the longest row's token count"),
+    )
+    cli_options = (
+        CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
+                                             "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
+        CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 (0) "
+                                                   "or always at least 1"),
+    )
+    max_arena = MAX_SPARSE_ARENA
+    buckets = {
+        "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),
+        "conv_layout": ("dim", "token"), "width": ("2", "3", "4", "5", "6"),
+        "dtype": ("float32", "float16", "bfloat16"), "varlen": NO_YES, "empty_rows": NO_YES,
+        "index": ("1d", "2d", "2d-strided"), "apc": NO_YES, "slot_padding": NO_YES, "past_2gib": NO_YES,
+        "past_2g_elements": NO_YES,
+    }
+
+    def strategy(self, profile, pad="-1", min_accepted="1", ill_posed: bool = False, **_):
+        from mambafuzz.strategies.conv_update import conv_update_cases
+        return conv_update_cases(profile, pad=_pad(pad), min_accepted=_min_accepted(min_accepted),
+                                 ill_posed=ill_posed)
+
+    # ------------------------------------------------------------ memory
+    def _used(self, case: ConvUpdateCase) -> np.ndarray:
+        """The slots the image holds: every slot an index names, and slot 0."""
+        named = {v for row in case.idx for v in row if 0 <= v < case.slots}
+        return np.array(sorted(named | {0}), dtype=np.int64)
+
+    def image(self, case: ConvUpdateCase) -> Image:
+        if case.offset % case.elem or case.slot_stride % case.elem or case.slot_stride < case.slot_bytes:
+            raise oracle.OracleError("the pool's offset and slot stride must be multiples of the element size, "
+                                     "the stride at least a slot's bytes")
+        rows = len(case.lens)
+        for name in ("nacc", "init", "last"):
+            if getattr(case, name) is not None and len(getattr(case, name)) != rows:
+                raise oracle.OracleError(f"{name} has {len(getattr(case, name))} entries for {rows} rows")
+        if len(case.idx) != rows or case.idx_stride < case.cols or (case.init is None) != (case.last is None):
+            raise oracle.OracleError("idx needs one row per row of lens, a row stride of at least its columns, "
+                                     "and init and last go together")
+        if not case.varlen and len(set(case.lens)) > 1:
+            raise oracle.OracleError("rows of a batch (not varlen) have one token count")
+        if any(not -(1 << 31) <= v < (1 << 31) for row in case.idx for v in row):
+            raise oracle.OracleError("index values are int32")
+        if not 2 <= case.width <= 6 or (case.cols > 1 and not case.idx_2d):
+            raise oracle.OracleError("the width is 2..6; several index columns need idx_2d")
+        end = case.offset + case.slots * case.slot_stride
+        if end > case.arena_size:
+            raise oracle.OracleError(f"the pool ends at byte {end}, past the arena's {case.arena_size}")
+        used = self._used(case)
+        if case.arena_size <= DENSE_LIMIT:
+            return Image(None, (used, case.offset + used * case.slot_stride))
+        window = min(case.slot_stride, case.slot_bytes + GUARD, case.arena_size - case.offset
+                     - (case.slots - 1) * case.slot_stride)
+        window -= window % case.elem
+        starts = case.offset + used * case.slot_stride
+        positions = (starts[:, None] + np.arange(window)[None, :]).reshape(-1)
+        return Image(positions, (used, np.arange(len(used), dtype=np.int64) * window))
+
+    def fill(self, case: ConvUpdateCase, image: Image, snapshot: np.ndarray) -> None:
+        used, starts = image.plan
+        rng = np.random.default_rng((case.seed, 7))
+        n = case.slot_bytes // case.elem
+        for start in starts:
+            snapshot[start:start + case.slot_bytes] = finite_values(rng, n, case.dtype).view(np.uint8)
+
+    def _pool(self, case: ConvUpdateCase, snapshot: np.ndarray, starts) -> np.ndarray:
+        """The held slots' states as float64 [U, dim, SL]."""
+        raw = np.stack([snapshot[s:s + case.slot_bytes].view(_RAW[case.dtype]) for s in starts])
+        if case.layout == "dim":
+            values = raw.reshape(len(starts), case.state_len, case.dim).transpose(0, 2, 1)
+        else:
+            values = raw.reshape(len(starts), case.dim, case.state_len)
+        return to_float64(values, case.dtype)
+
+    def _store(self, case: ConvUpdateCase, expected: np.ndarray, start: int, state: np.ndarray) -> None:
+        raw = from_float64(state.T if case.layout == "dim" else state, case.dtype)
+        expected[start:start + case.slot_bytes] = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+
+    def _inputs(self, case: ConvUpdateCase):
+        """x rows ([dim, L_b] each), weight, bias as stored elements, from the seed."""
+        rng = np.random.default_rng((case.seed, 11))
+        total = sum(case.lens)
+        x = finite_values(rng, total * case.dim, case.dtype).reshape(total, case.dim)
+        weight = finite_values(rng, case.dim * case.width, case.dtype).reshape(case.dim, case.width)
+        bias = finite_values(rng, case.dim, case.dtype) if case.bias else None
+        return x, weight, bias
+
+    def _remapped(self, case: ConvUpdateCase, used: np.ndarray):
+        """Index rows with every held slot renumbered to its place in `used` (others kept: the oracle
+        names them); the pad value is unchanged (slot 0 is always held at place 0)."""
+        where = {int(s): k for k, s in enumerate(used)}
+        return [[where.get(v, v) if v != case.pad else v for v in row] for row in case.idx]
+
+    def prepare(self, case: ConvUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
+        import torch
+
+        used, starts = image.plan
+        pool = self._pool(case, snapshot, starts)
+        x_raw, w_raw, b_raw = self._inputs(case)
+        x64 = to_float64(x_raw, case.dtype)
+        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+        x_rows = [x64[cuts[b]:cuts[b + 1]].T for b in range(len(case.lens))]
+        remapped = self._remapped(case, used)
+        try:
+            got = expect_conv_update(pool, x_rows, to_float64(w_raw, case.dtype),
+                                     None if b_raw is None else to_float64(b_raw, case.dtype), remapped,
+                                     nacc=case.nacc, init=case.init, last=case.last, silu=case.silu, pad=case.pad)
+        except oracle.OracleError as exc:  # name slots as the case does, not as the compact pool
+            raise oracle.OracleError(str(exc) + f" (slots as held: {list(map(int, used))})") from None
+        expected = snapshot.copy()
+        for k in sorted({s for s in got.stored if s is not None}):
+            self._store(case, expected, int(starts[k]), got.pool[k])
+
+        tdtype = getattr(torch, case.dtype)
+        def tensor(raw, shape):
+            t = torch.from_numpy(np.ascontiguousarray(raw).reshape(shape).copy())
+            return (t.view(torch.bfloat16) if case.dtype == "bfloat16" else t).to(device)
+
+        rows = len(case.lens)
+        if case.varlen:
+            x = tensor(x_raw, (sum(case.lens), case.dim))
+        else:
+            length = case.lens[0] if rows else 0
+            x = tensor(x_raw.reshape(rows, length, case.dim).transpose(0, 2, 1), (rows, case.dim, length))
+        weight = tensor(w_raw, (case.dim, case.width))
+        bias = None if b_raw is None else tensor(b_raw, (case.dim,))
+        nbytes = case.slots * case.slot_stride
+        flat = arena[case.offset:case.offset + nbytes].view(tdtype)
+        per_slot = case.slot_stride // case.elem
+        strides = (per_slot, 1, case.dim) if case.layout == "dim" else (per_slot, case.state_len, 1)
+        conv_state = flat.as_strided((case.slots, case.dim, case.state_len), strides)
+        table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
+        table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
+        base = torch.from_numpy(table).to(device)
+        indices = base[:, :case.cols] if case.idx_2d else base[:, 0]
+        def ints(values):
+            return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
+        qsl = ints(cuts.tolist()) if case.varlen else None
+        out = torch.full_like(x, float("nan"))
+        args = {"x": x, "conv_state": conv_state, "weight": weight, "bias": bias,
+                "conv_state_indices": indices, "num_accepted_tokens": ints(case.nacc), "query_start_loc": qsl,
+                "initial_state_idx": ints(case.init), "last_state_idx": ints(case.last), "out": out}
+        kwargs = {"activation": "silu" if case.silu else None, "pad_slot_id": case.pad,
+                  "max_query_len": max(case.lens, default=0)}
+        return Prepared(args, kwargs, expected, outputs=(self._out(case, got, x),) + self._unchanged(args))
+
+    def _out(self, case: ConvUpdateCase, got, x) -> Output:
+        """`out` shaped as x: each live row's values and bound; skipped rows are don't-care."""
+        want = np.zeros((sum(case.lens), case.dim))
+        bound = np.zeros_like(want)
+        care = np.zeros(want.shape, dtype=bool)
+        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+        for b, (values, scale) in enumerate(zip(got.out, got.scale)):
+            if values is None:
+                continue
+            want[cuts[b]:cuts[b + 1]] = values.T
+            bound[cuts[b]:cuts[b + 1]] = conv_tolerance(case.dtype, scale, values, case.width).T
+            care[cuts[b]:cuts[b + 1]] = True
+        if not case.varlen:
+            rows, length = len(case.lens), (case.lens[0] if case.lens else 0)
+            def batch(a):
+                return a.reshape(rows, length, case.dim).transpose(0, 2, 1)
+            want, bound, care = batch(want), batch(bound), batch(care)
+        return Output("out", want, atol=bound, what=self._out_where(case), care=care)
+
+    @staticmethod
+    def _out_where(case: ConvUpdateCase) -> str:
+        return "flat element {i} of out" + (" [T, dim]" if case.varlen else " [B, dim, L]")
+
+    @staticmethod
+    def _unchanged(args) -> tuple[Output, ...]:
+        """Every input must stay as it was, exactly."""
+        import torch
+
+        out = []
+        for name in ("x", "weight", "bias", "conv_state_indices", "num_accepted_tokens", "query_start_loc",
+                     "initial_state_idx", "last_state_idx"):
+            t = args[name]
+            if isinstance(t, torch.Tensor):
+                keep = t.detach().cpu()
+                keep = keep.view(torch.int16) if keep.dtype == torch.bfloat16 else keep
+                out.append(Output(name, keep.numpy().copy(), what=f"{name} (an input) element {{i}}"))
+        return tuple(out)
+
+    def locate(self, case: ConvUpdateCase, offset: int) -> str:
+        slot, within = divmod(offset - case.offset, case.slot_stride)
+        if not 0 <= slot < case.slots or offset < case.offset:
+            return "outside the pool"
+        if within >= case.slot_bytes:
+            return f"slot {slot} padding byte {within - case.slot_bytes}"
+        elem = within // case.elem
+        first, second = divmod(elem, case.dim if case.layout == "dim" else case.state_len)
+        dim, col = (second, first) if case.layout == "dim" else (first, second)
+        return f"slot {slot} channel {dim} column {col}"
+
+    # ------------------------------------------------------------ shrinking
+    def valid(self, case: ConvUpdateCase) -> bool:
+        try:
+            self.image(case)
+            plan_conv_update(case.slots, case.state_len, case.width, case.lens, case.idx, nacc=case.nacc,
+                             init=case.init, last=case.last, pad=case.pad)
+        except oracle.OracleError:
+            return False
+        return True
+
+    def candidates(self, case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
+        """Rows dropped; fewer tokens; a narrower pool and conv; extras off; slots renumbered low."""
+        r = dataclasses.replace
+        rows = len(case.lens)
+
+        def drop(i):
+            def cut(v):
+                return None if v is None else v[:i] + v[i + 1:]
+            return r(case, lens=cut(case.lens), idx=cut(case.idx), nacc=cut(case.nacc), init=cut(case.init),
+                     last=cut(case.last))
+        if rows > 1:
+            for i in range(rows):
+                yield drop(i)
+        if case.lens and max(case.lens) > 1:
+            shorter = tuple(max(0 if case.varlen else 1, n - 1) for n in case.lens)
+            nacc = None if case.nacc is None else tuple(min(a, max(n, 1)) for a, n in zip(case.nacc, shorter))
+            yield r(case, lens=shorter, nacc=nacc)
+        for extra in ({"perturb": None}, {"bias": False}, {"silu": False}, {"nacc": None},
+                      {"init": None, "last": None}, {"idx_stride": case.cols}, {"idx_2d": False},
+                      {"layout": "dim"}, {"seed": 0}):
+            if any(getattr(case, k) != v for k, v in extra.items()):
+                yield r(case, **extra)
+        if case.varlen and len(set(case.lens)) == 1:
+            yield r(case, varlen=False)
+        need = case.width - 1 if case.nacc is None else case.width - 2 + max(case.lens, default=1)
+        if case.state_len > need:
+            yield self._resized(case, state_len=max(need, 1))
+        if case.width > 2:
+            yield self._resized(case, width=case.width - 1)
+        for dim in sorted({1, case.dim // 2, case.dim - 1}):
+            if 1 <= dim < case.dim:
+                yield self._resized(case, dim=dim)
+        if case.dtype != "float32":
+            yield self._resized(case, dtype="float32")
+        if case.slot_stride > case.slot_bytes or case.offset:
+            yield self._resized(case, padded=False)
+        yield from self._renumbered(case)
+
+    def _resized(self, case: ConvUpdateCase, padded: bool = True, **changes) -> ConvUpdateCase:
+        """`case` with `changes`, its slot stride and arena following (padding kept unless `padded` False)."""
+        out = dataclasses.replace(case, **changes)
+        pad_elems = (case.slot_stride - case.slot_bytes) // case.elem if padded else 0
+        offset = (case.offset // case.elem) * out.elem if padded else 0
+        stride = out.slot_bytes + pad_elems * out.elem
+        return dataclasses.replace(out, slot_stride=stride, offset=offset,
+                                   arena_size=offset + out.slots * stride + 64)
+
+    def _renumbered(self, case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
+        """The named slots renumbered 0.. (1.. under pad 0) in order, the pool cut to them."""
+        named = sorted({v for row in case.idx for v in row if v != case.pad and 0 <= v < case.slots})
+        first = 1 if case.pad == 0 else 0
+        where = {s: first + k for k, s in enumerate(named)}
+        slots = first + len(named)
+        if slots < case.slots:
+            idx = tuple(tuple(where.get(v, v) for v in row) for row in case.idx)
+            yield dataclasses.replace(case, idx=idx, slots=max(slots, 1),
+                                      arena_size=case.offset + max(slots, 1) * case.slot_stride + 64)
+
+    # ------------------------------------------------------------ coverage
+    def features(self, case: ConvUpdateCase) -> dict[str, str]:
+        rows = len(case.lens)
+        read = [case.idx[b][case.init[b] if case.init else 0] for b in range(rows)]
+        write = [case.idx[b][case.last[b] if case.last else 0] for b in range(rows)]
+        pads = ["read" if s == case.pad else "write" if d == case.pad else "none" for s, d in zip(read, write)]
+        nacc = ["none"] if case.nacc is None else ["0" if a == 0 else "1" if a == 1 else ">1" for a in case.nacc]
+        top = max((v for row in case.idx for v in row if v != case.pad), default=0)
+        return {
+            "rows": bucket(rows, COUNT_EDGES), "spec": "yes" if case.nacc is not None else "no",
+            "nacc": joined(nacc, self.buckets["nacc"]), "pads": joined(pads or ["none"], self.buckets["pads"]),
+            "conv_layout": case.layout, "width": str(case.width), "dtype": case.dtype,
+            "varlen": "yes" if case.varlen else "no", "empty_rows": "yes" if 0 in case.lens else "no",
+            "index": "1d" if not case.idx_2d else "2d-strided" if case.idx_stride > case.cols else "2d",
+            "apc": "yes" if case.init is not None else "no",
+            "slot_padding": "yes" if case.slot_stride > case.slot_bytes else "no",
+            "past_2gib": "yes" if case.offset + top * case.slot_stride >= HUGE else "no",
+            "past_2g_elements": "yes" if top * (case.slot_stride // case.elem) >= HUGE else "no",
+        }
+
+    def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        out = dict(self.buckets)
+        out["rows"] = ("1", "2-3")
+        out["nacc"] = ("none", "1", ">1") + (("0",) if str(options.get("min_accepted", "1")) == "0" else ())
+        return out
+
+
+CONTRACT = ConvUpdate()
