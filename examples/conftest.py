@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from mambafuzz.run import device
+from mambafuzz import device
 from mambafuzz.errors import UsageError
 
 try:

@@ -35,13 +35,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import Failure, Inconclusive, InternalError, Rejected, UsageError
+from mambafuzz.errors import Failure, Inconclusive, InternalError, Rejected, UsageError
+from mambafuzz.judge.signature import check as check_signature
 
 __all__ = ["check", "reject", "Failure", "Inconclusive", "Rejected", "UsageError"]
 
 # Set by the pytest plugin: command-line options that win over check()'s arguments
 # ("device", "max_examples", "reps", "crashes_dir", "database"), and "rerun" for the running test.
-_CONTEXT: dict[str, Any] = {}
+PYTEST_CONTEXT: dict[str, Any] = {}
 
 
 def reject(why: str = ""):
@@ -66,7 +67,7 @@ def _target(fn, contract: str, name: str | None, overlap: str):
     """A user Target for `fn`; a replayable name (module:function) when there is one."""
     from mambafuzz.kernels import registry
 
-    from .targets import user_target
+    from mambafuzz.cli.targets import user_target
 
     spec = _spec_of(fn)
     if name is None:
@@ -85,7 +86,7 @@ def _device_from_triton() -> str | None:
 
 def _under_root(path):
     """Under pytest a relative folder is the rootdir's, whatever the working directory."""
-    root = _CONTEXT.get("rootdir")
+    root = PYTEST_CONTEXT.get("rootdir")
     if path is None or root is None or "://" in str(path) or Path(path).is_absolute():
         return path
     return Path(root) / path
@@ -137,10 +138,10 @@ def failure_message(finding, *, replay: str | None, rerun: str | None, replayed:
 
 
 def _failure(finding, replayable: bool, replayed: bool, report=None) -> Failure:
-    from .findings import replay_command
+    from mambafuzz.findings import replay_command
 
     replay = replay_command(finding.path, finding) if replayable and finding.path is not None else None
-    rerun = _CONTEXT.get("rerun")
+    rerun = PYTEST_CONTEXT.get("rerun")
     return Failure(failure_message(finding, replay=replay, rerun=rerun, replayed=replayed), finding=finding,
                    replay=replay, rerun=rerun, replayed=replayed, report=report)
 
@@ -156,8 +157,8 @@ def _compiled_hint(device: str, why: str) -> str:
 def _replay_saved(target, opts, replayable: bool) -> list[Path]:
     """Replay this target's saved crash files; raise Failure on the first that still fails."""
     __tracebackhide__ = True  # pytest shows the test's line, not this loop
-    from . import findings
-    from .engine import run_case
+    from mambafuzz import findings
+    from mambafuzz.judge.engine import run_case
 
     if opts.crashes_dir is None:
         return []
@@ -190,9 +191,8 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     """Fuzz `fn` against `contract`; return the report (status clean) or raise Failure / Inconclusive.
 
     `fn` is called as the contract says (README "Arguments per contract").
-    `options` are the contract's options (batch_memcpy: ``overlap``;
-    state_copy: ``layout``, ``tiles``, ``skip_equal_cols``; slot contracts:
-    ``chains``).  `device`: cpu (Triton's interpreter with the race check),
+    `options` are the contract's own options (README "Arguments per
+    contract", the option table).  `device`: cpu (Triton's interpreter with the race check),
     cuda or auto; None reads ``MAMBAFUZZ_DEVICE``, else the mode
     ``TRITON_INTERPRET`` already says, else cpu.  `reps`: None is 1 on cpu,
     100 on cuda.  `crashes_dir` None saves nothing and replays nothing; `name` names the
@@ -203,7 +203,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     files replayed first that passed.
     """
     __tracebackhide__ = True  # pytest shows the test's line, not mambafuzz's frames
-    ctx = _CONTEXT
+    ctx = PYTEST_CONTEXT
     device = ctx.get("device") or device or os.environ.get("MAMBAFUZZ_DEVICE") or _device_from_triton() or "cpu"
     max_examples = ctx.get("max_examples") or max_examples
     reps = ctx.get("reps") or reps
@@ -213,15 +213,16 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
                          ("shrink_time", shrink_time), ("time", time or 1)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise UsageError(f"check(): {label} must be a positive number, got {value!r}")
-    from . import device as device_mod  # imported here: it notes TRITON_INTERPRET as the process had it
+    from mambafuzz.run import device as device_mod  # imported here: it notes TRITON_INTERPRET as the process had it
 
     device = device_mod.select(device)  # before anything below imports the kernels
 
     from mambafuzz import strategies
 
-    from . import contracts, runner
-    from .fuzz import FuzzOptions, check_database
-    from .signature import check as check_signature
+    from mambafuzz import contracts
+    from mambafuzz.run import runner
+    from mambafuzz.run.clock import Deadline
+    from mambafuzz.search.fuzz import FuzzOptions, check_database
 
     spec = contracts.get(contract)
     mode = mode or ("race" if device == "cpu" else "compare")
@@ -243,7 +244,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
                        crashes_dir=None if crashes_dir is None else Path(crashes_dir), profile=chosen,
                        contract_options=dict(options))
     replayed = _replay_saved(target, opts, replayable)
-    report = runner.run_in_process([target], opts, total_time=time)[0]
+    report = runner.run_in_process([target], opts, deadline=Deadline(time))[0]  # the run's one clock
     report.replayed = replayed
     if report.finding is not None:
         raise _failure(report.finding, replayable, replayed=False, report=report)

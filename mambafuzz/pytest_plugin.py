@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from mambafuzz import api
+from mambafuzz.errors import UsageError
+
 _RERUN_OPTIONS = pytest.StashKey[tuple]()  # (environment prefix, options) of the rerun line
 
 
@@ -53,13 +56,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    from mambafuzz import api
-
     ctx = {"rootdir": str(config.rootpath)}
     chosen = config.getoption("mambafuzz_device", None)
     if chosen:  # mambafuzz.run.device is imported only then: it notes the TRITON_INTERPRET the run started with
         from mambafuzz.run import device
-        from mambafuzz.errors import UsageError
 
         try:
             ctx["device"] = device.select(chosen)  # before test modules define their kernels
@@ -72,8 +72,8 @@ def pytest_configure(config):
     if crashes:
         ctx["crashes_dir"] = str(Path(crashes).absolute())
     config.stash[_RERUN_OPTIONS] = _rerun_options(ctx)
-    api._CONTEXT.clear()
-    api._CONTEXT.update(ctx)
+    api.PYTEST_CONTEXT.clear()
+    api.PYTEST_CONTEXT.update(ctx)
 
 
 def _rerun_options(ctx: dict) -> tuple[str, str]:
@@ -94,30 +94,22 @@ def _rerun_options(ctx: dict) -> tuple[str, str]:
 
 
 def pytest_unconfigure(config):
-    import sys
-
-    api = sys.modules.get("mambafuzz.api")
-    if api is not None:
-        api._CONTEXT.clear()
+    api.PYTEST_CONTEXT.clear()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """A failing check names the command that runs this test again (it replays the saved case first)."""
-    from mambafuzz import api
-
     rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
     prefix, options = item.config.stash.get(_RERUN_OPTIONS, ("", ""))
-    api._CONTEXT["rerun"] = " ".join(filter(None, (f"{prefix}pytest", shlex.quote(f"{item.path}::{rest}"), options)))
+    api.PYTEST_CONTEXT["rerun"] = " ".join(filter(None, (f"{prefix}pytest", shlex.quote(f"{item.path}::{rest}"), options)))
     try:
         yield
     finally:
-        api._CONTEXT.pop("rerun", None)
+        api.PYTEST_CONTEXT.pop("rerun", None)
 
 
 @pytest.fixture
 def mambafuzz_check():
     """``mambafuzz.check`` with this run's ``--mambafuzz-*`` options applied."""
-    from mambafuzz.api import check
-
-    return check
+    return api.check

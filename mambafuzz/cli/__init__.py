@@ -18,7 +18,7 @@ from mambafuzz.run import interrupt
 from mambafuzz.report import outcome
 from mambafuzz.run import device as device_mod
 from mambafuzz.errors import UsageError
-from mambafuzz.report.outcome import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_USAGE
+from mambafuzz.report.outcome import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class _Console:
@@ -141,7 +141,7 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
 
 
 def _add_contract_options(p, *, with_defaults: bool) -> None:
-    """Each contract's own options (what a user's kernel supports), e.g. --overlap for batch_memcpy."""
+    """Each contract's own options (what a user's kernel supports), e.g. a contract's --overlap."""
     from mambafuzz import contracts
 
     seen = set()
@@ -239,7 +239,7 @@ def _fuzz_options(args, device: str):
     crashes_dir = args.crashes_dir
     _check_writable(crashes_dir)
     return FuzzOptions(device=device, mode=mode, reps=reps, max_examples=args.max_examples,
-                       min_examples=args.min_examples, time_budget=None, shrink_budget=args.shrink_time,
+                       min_examples=args.min_examples, shrink_budget=args.shrink_time,
                        seed=args.seed, database=database, crashes_dir=crashes_dir, profile=profile,
                        observe=_observe_dir(args.observe),
                        witness=args.cpu_witness if args.cpu_witness is not None else args.command == "fuzz",
@@ -405,6 +405,9 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
     from mambafuzz.run import runner
 
     from mambafuzz.run import precompile
+    from mambafuzz.run.clock import Deadline
+
+    deadline = Deadline(args.time)  # --time: the run's one clock, started when fuzzing can
 
     gpus = _gpu_list(args.gpus, device)
     helpers = args.precompile
@@ -413,12 +416,12 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
     with _View(title, quiet=json_out) as view:
         if isolate or args.gpus:
             return runner.run_isolated(
-                targets, opts, total_time=args.time, workers=args.workers, gpus=gpus,
+                targets, opts, deadline=deadline, workers=args.workers, gpus=gpus,
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
                 on_resume=lambda done: err.print(f"resuming a saved session: {len(done)} target(s) already done "
                                                  f"({', '.join(done)}); --fresh starts over", highlight=False),
                 precompile_processes=helpers)
-        return runner.run_in_process(targets, opts, total_time=args.time, on_update=view.update,
+        return runner.run_in_process(targets, opts, deadline=deadline, on_update=view.update,
                                      precompile_processes=helpers)
 
 
@@ -546,12 +549,7 @@ def cmd_zoo(args) -> int:
     unchecked = [r.target for r in reports if r.status == "inconclusive"]
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
     all_caught = all(row["caught"] for row in rows) and len(rows) == len(targets)
-    if escaped:
-        code = EXIT_FINDINGS
-    elif not all_caught:
-        code = EXIT_INTERRUPTED if interrupted else outcome.EXIT_INCONCLUSIVE
-    else:
-        code = EXIT_CLEAN
+    code = outcome.zoo_exit_code(bool(escaped), all_caught, interrupted)
     if args.json:
         _emit(_report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
         return code
@@ -772,6 +770,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # a second signal: stop now
         err.print("mambafuzz: interrupted", highlight=False)
         code, message = EXIT_INTERRUPTED, "interrupted: a second signal stopped the run at once"
+    except Exception as exc:  # noqa: BLE001 - a bug of mambafuzz: never exit 1, which means findings
+        if os.environ.get("MAMBAFUZZ_DEBUG"):
+            import traceback
+            traceback.print_exc()
+        message = f"internal error in mambafuzz: {type(exc).__name__}: {exc} (MAMBAFUZZ_DEBUG=1 shows where)"
+        err.print(f"mambafuzz: {message}", highlight=False, markup=False)
+        code = EXIT_INCONCLUSIVE
     finally:
         if program:
             interrupt.hold()

@@ -29,6 +29,7 @@ BUILTIN = (
     "mambafuzz.contracts.postprocess",
     "mambafuzz.contracts.slot_copy",
     "mambafuzz.contracts.slot_fork",
+    "mambafuzz.contracts.conv_update",
 )
 ENTRY_POINTS = "mambafuzz.contracts"
 

@@ -61,14 +61,14 @@ class Output:
 
     name: str
     expected: np.ndarray
-    atol: float = 0.0
+    atol: float | np.ndarray = 0.0   # a scalar, or one bound per element (as `expected`)
     rtol: float = 0.0
     what: str = "element {i}"
     care: np.ndarray | None = None   # bool, as `expected`: False where any value is right (a pad row's output)
 
     @property
     def exact(self) -> bool:
-        return self.atol == 0 and self.rtol == 0 and self.care is None
+        return bool(np.all(np.asarray(self.atol) == 0)) and self.rtol == 0 and self.care is None
 
 
 @dataclass
@@ -128,6 +128,10 @@ class Contract:
 
     def image(self, case) -> Image:
         return Image()
+
+    def fill(self, case, image: Image, snapshot: np.ndarray) -> None:
+        """Shape the seeded random bytes in place before they are snapshotted (default: leave them):
+        a contract whose oracle does float math writes finite, distinct values into its float regions."""
 
     def prepare(self, case, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
         """The target's arguments and the oracle's expectation (from `snapshot`, never from `arena`).

@@ -15,6 +15,7 @@ import numpy as np
 from mambafuzz import oracle
 
 from .base import Argument, CliOption, Contract, Image, Prepared, down_to, without
+from .features import ALIGNS, COUNT_EDGES, COUNTS, NO_YES, SHIFTS, SIZES, align_label, bucket, joined, shift_size
 from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
 
 
@@ -64,10 +65,11 @@ class BatchMemcpy(Contract):
     max_arena = 1 << 31
 
     def strategy(self, profile, overlap: str = "full", ill_posed: bool = False, **_):
-        from mambafuzz.strategies.batch import batch_copy_cases
+        from mambafuzz.strategies.batch import batch_copy_cases  # here: Hypothesis loads with the first strategy, not with the CLI's parser
         return batch_copy_cases(profile, overlap=overlap, ill_posed=ill_posed)
 
-    def prepare(self, case: BatchCopyCase, image: Image, snapshot: np.ndarray, base: int, device: str) -> Prepared:
+    def prepare(self, case: BatchCopyCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
+        base = arena.data_ptr()
         import torch  # here, not at import: the CLI's parser reads the contracts, and --help needs no torch
 
         rows = np.asarray(case.copies, dtype=np.int64).reshape(-1, 3)
@@ -121,6 +123,36 @@ class BatchMemcpy(Contract):
                 if 0 <= new_low < low:  # this row alone, down towards byte 0
                     delta = low - new_low
                     yield dataclasses.replace(case, copies=_replace_row(copies, i, (src - delta, dst - delta, n)))
+
+    # -- coverage
+    buckets = {"overlap": ("none", "left", "right", "same"), "shift": SHIFTS, "size": SIZES,
+               "src_align": ALIGNS, "dst_align": ALIGNS, "rows": COUNTS, "zero_size": NO_YES}
+
+    def features(self, case: BatchCopyCase) -> dict[str, str]:
+        """Each row's overlap kind (left: dst < src), shift, size and alignments; rows; a zero-size row."""
+        kinds, pieces, src_al, dst_al = [], [], [], []
+        for s, d, n in case.copies:
+            if s == d:
+                kind = "same"
+            elif n > 0 and abs(s - d) < n:
+                kind = "left" if d < s else "right"
+            else:
+                kind = "none"
+            kinds.append(kind)
+            pieces.append((kind != "none", abs(s - d), n))
+            src_al.append(align_label(s))
+            dst_al.append(align_label(d))
+        return {"overlap": joined(kinds, self.buckets["overlap"]), **shift_size(pieces),
+                "src_align": joined(src_al, ALIGNS), "dst_align": joined(dst_al, ALIGNS),
+                "rows": bucket(len(case.copies), COUNT_EDGES),
+                "zero_size": "yes" if any(n == 0 for _, _, n in case.copies) else "no"}
+
+    def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        left_only = options.get("overlap") == "left"
+        return {"overlap": ("none", "left", "same") if left_only else ("none", "left", "right", "same"),
+                "shift": ("none", "0", "1", "2-3", "4-7", "8-15", "16-63"),
+                "size": ("0", "1-7", "8-63", "64-511", "512-4095"),
+                "src_align": ALIGNS, "dst_align": ALIGNS, "rows": ("1", "2-3", "4-15"), "zero_size": NO_YES}
 
 
 CONTRACT = BatchMemcpy()

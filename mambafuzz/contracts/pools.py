@@ -23,6 +23,8 @@ from mambafuzz.errors import CaseError
 from mambafuzz.oracle import PoolLayout
 
 from .base import Argument, Contract, Image, cut_to_end, packed, without
+from .features import (ALIGNS, COUNT_EDGES, COUNTS, ELEMS, HUGE, NO_YES, SHIFTS, SIZES, align_label, bucket,
+                       joined, shift_size)
 from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
 from mambafuzz.contracts.cases.pools import PoolCase
 
@@ -116,6 +118,71 @@ def _tile_counts(n: int) -> list[int]:
     return sorted({1, 2, n // 2, n - 1} & set(range(1, n)))
 
 
+# ---------------------------------------------------------------- coverage helpers
+def _pool_copy(pool, table_row, src_col, dst_col, bias):
+    """(overlap kind, shift bytes, bytes moved, src offset, dst offset) of one state of one request, or None
+    when a column is outside the table (the oracle rejects such a case)."""
+    cols = len(table_row)
+    read_col = src_col + (0 if pool.is_conv else bias)
+    if not (0 <= read_col < cols and 0 <= dst_col < cols):
+        return None
+    src_block, dst_block = table_row[read_col], table_row[dst_col]
+    src = pool.offset + src_block * pool.block_stride
+    dst = pool.offset + dst_block * pool.block_stride
+    if not pool.is_conv:
+        return ("same" if src_block == dst_block else "none"), 0, pool.data_bytes, src, dst
+    kept = max(0, pool.state_len - bias)
+    rows = pool.dim if pool.kind == "conv_ds" else 1
+    moved = kept * pool.token_bytes * rows
+    shift = bias * pool.token_bytes
+    if src_block != dst_block or kept == 0:
+        kind = "none"
+    else:
+        kind = "left" if bias else "same"
+    return kind, shift, moved, src + shift, dst
+
+
+def _pool_align(pool, offset: int) -> str:
+    """Alignment of every row a copy touches (DS rows are row_stride apart)."""
+    if pool.kind == "conv_ds" and pool.dim > 1:
+        return align_label(offset | pool.row_stride_eff)
+    return align_label(offset)
+
+
+_KIND_LABEL = {"conv_sd": "sd", "conv_ds": "ds", "temporal": "temporal"}
+
+
+def _pool_terms(case, requests) -> list[str]:
+    """Which address term of a block some copying request reads or writes reaches 2 GiB: block (block
+    id x block stride), element (the block's offset below 2 GiB, one of its elements' at or past it)."""
+    terms = set()
+    tables = case.block_tables
+    for r, src_col, dst_col, bias in requests:
+        for pool in case.pools:
+            if not 0 <= pool.group < len(tables) or r >= len(tables[pool.group]):
+                continue
+            row = tables[pool.group][r]
+            for col in (src_col, src_col + (0 if pool.is_conv else bias), dst_col):
+                if not 0 <= col < len(row):
+                    continue
+                start = row[col] * pool.block_stride
+                if start >= HUGE:
+                    terms.add("block")
+                elif start + pool.data_bytes - pool.elem_size >= HUGE:
+                    terms.add("element")
+    return sorted(terms) or ["none"]
+
+
+def _pools_past_2gib(case) -> bool:
+    """Whether a block some table names starts at or past 2 GiB."""
+    for pool in case.pools:
+        if pool.group < len(case.block_tables):
+            top = max((b for row in case.block_tables[pool.group] for b in row), default=0)
+            if pool.offset + top * pool.block_stride >= HUGE:
+                return True
+    return False
+
+
 class PoolContract(Contract):
     """The shared half of a block-table contract; subclasses add requests, expectation and columns."""
 
@@ -202,3 +269,66 @@ class PoolContract(Contract):
             yield _pool_compacted(case, pools=packed(case.pools, lambda p: p.num_blocks * p.block_stride, keep))
         if _pools_end(case.pools) < case.arena_size:
             yield _pool_compacted(case)
+
+    # -- coverage
+    buckets = {"overlap": ("none", "left", "same"), "shift": SHIFTS, "size": SIZES,
+               "aliasing": ("none", "same", "shared"), "src_align": ALIGNS, "dst_align": ALIGNS, "elem": ELEMS,
+               "layout": ("sd", "ds", "temporal"), "padding": ("none", "block", "row"), "past_2gib": NO_YES,
+               "past_2gib_by": ("none", "block", "element"), "tiles": COUNTS}
+
+    def copying_requests(self, case: PoolCase) -> list[tuple[int, int, int, int]]:
+        """(request, src_col, dst_col, bias) of every request that copies."""
+        return [(r, s, d, b) for r, (s, d, b) in enumerate(zip(case.src_cols, case.dst_cols, case.biases))]
+
+    def features(self, case: PoolCase) -> dict[str, str]:
+        """Per copied state: overlap kind (a conv shift within one block is left), shift, size, alignments;
+        blocks aliased (same: a copy within one block; shared: a block in two requests' rows); element
+        sizes, layouts, padding; a block past 2 GiB and which address term reaches it; tiles."""
+        kinds, pieces, src_al, dst_al, aliasing = [], [], [], [], set()
+        tables = case.block_tables
+        requests = self.copying_requests(case)
+        for r, src_col, dst_col, bias in requests:
+            for pool in case.pools:
+                if not 0 <= pool.group < len(tables) or r >= len(tables[pool.group]):
+                    continue
+                got = _pool_copy(pool, tables[pool.group][r], src_col, dst_col, bias)
+                if got is None:
+                    continue
+                kind, shift, moved, src, dst = got
+                kinds.append(kind)
+                pieces.append((kind != "none", shift, moved))
+                src_al.append(_pool_align(pool, src))
+                dst_al.append(_pool_align(pool, dst))
+                if kind != "none":
+                    aliasing.add("same")
+        for table in tables:  # a physical block in two requests' rows (prefix caching)
+            owners: dict[int, int] = {}
+            for r, row in enumerate(table):
+                for b in set(row):
+                    if owners.setdefault(b, r) != r:
+                        aliasing.add("shared")
+        padding = set()
+        for p in case.pools:
+            if p.block_stride > p.data_bytes:
+                padding.add("block")
+            if p.kind == "conv_ds" and p.row_stride_eff > p.state_len * p.elem_size:
+                padding.add("row")
+        own = self.buckets
+        return {"overlap": joined(kinds or ["none"], own["overlap"]), **shift_size(pieces),
+                "aliasing": joined(aliasing or ["none"], own["aliasing"]),
+                "src_align": joined(src_al, ALIGNS), "dst_align": joined(dst_al, ALIGNS),
+                "elem": joined([str(p.elem_size) for p in case.pools], ELEMS),
+                "layout": joined([_KIND_LABEL.get(p.kind, p.kind) for p in case.pools], own["layout"]),
+                "padding": joined(padding or ["none"], own["padding"]),
+                "past_2gib": "yes" if _pools_past_2gib(case) else "no",
+                "past_2gib_by": joined(_pool_terms(case, requests), own["past_2gib_by"]),
+                "tiles": bucket(case.num_tiles, COUNT_EDGES)}
+
+    def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        """What both block-table contracts draw; subclasses add their own."""
+        layout = options.get("layout") or "both"
+        layouts = {"both": ("sd", "ds", "temporal"), "sd": ("sd", "temporal"), "ds": ("ds", "temporal")}
+        kinds = layouts.get(layout, layouts["both"])
+        return {"overlap": ("none", "left", "same"), "aliasing": ("none", "same", "shared"),
+                "layout": kinds, "elem": ELEMS, "padding": ("none", "block") + (("row",) if "ds" in kinds else ()),
+                "src_align": ALIGNS, "dst_align": ALIGNS, "past_2gib_by": ("none", "block", "element")}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 
 from .base import Argument
+from .features import COUNT_EDGES, COUNTS, bucket
 from .slots import META_ARGUMENT, SRC_ARGUMENT, SlotContract
 from mambafuzz.contracts.cases.slot_fork import SlotForkCase
 
@@ -24,6 +25,17 @@ class SlotFork(SlotContract):
 
     def _dst_field(self, children) -> tuple:
         return tuple(tuple(row) for row in children)
+
+    # -- coverage: the shared slot features and how many children a pair has (at most)
+    buckets = {**SlotContract.buckets, "fanout": COUNTS}
+
+    def features(self, case: SlotForkCase) -> dict[str, str]:
+        out = super().features(case)
+        out["fanout"] = bucket(max((len(row) for row in case.children), default=0), COUNT_EDGES)
+        return out
+
+    def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        return {**super().expected_features(options), "fanout": ("1", "2-3", "4-15")}
 
 
 CONTRACT = SlotFork()

@@ -25,6 +25,8 @@ from mambafuzz.errors import UsageError
 from mambafuzz.oracle import SlotBuffer
 
 from .base import Argument, CliOption, Contract, Image, Prepared, cut_to_end, packed, without
+from .features import (ALIGNS, COUNT_EDGES, COUNTS, ELEMS, HUGE, NO_YES, SHIFTS, SIZES, align_label, bucket,
+                       joined, shift_size)
 from .pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
 from mambafuzz.contracts.cases.slots import INDEX_DTYPES
 from mambafuzz.contracts.cases.slots import SlotCase
@@ -129,6 +131,71 @@ def _with_slot_bytes(b: SlotBuffer, n: int) -> SlotBuffer:
     return dataclasses.replace(b, slot_bytes=n)
 
 
+# ---------------------------------------------------------------- coverage helpers
+def _chain_labels(src, children) -> list[str]:
+    """Per pair: self (copies a slot onto itself), chain (reads another pair's destination), none; plus
+    swap / cycle for each cycle of pairs (a slot graph src -> dst that comes back)."""
+    written = {}
+    for i, row in enumerate(children):
+        for d in row:
+            written.setdefault(d, i)
+    labels = []
+    for i, (s, row) in enumerate(zip(src, children)):
+        if s in row:
+            labels.append("self")
+        elif s in written and written[s] != i:
+            labels.append("chain")
+        else:
+            labels.append("none")
+    # pair i -> pair j when j reads a slot i writes; a cycle through k >= 2 pairs is a swap (2) or cycle
+    reads = {}
+    for j, s in enumerate(src):
+        reads.setdefault(s, []).append(j)
+    succ = {i: {j for d in row for j in reads.get(d, ()) if j != i} for i, row in enumerate(children)}
+    for start in range(len(src)):
+        length = _cycle_through(start, succ)
+        if length == 2:
+            labels.append("swap")
+        elif length > 2:
+            labels.append("cycle")
+    return labels
+
+
+def _cycle_through(start: int, succ: dict) -> int:
+    """Length of the shortest cycle of pairs through `start` (0: none), breadth-first."""
+    depth = {start: 0}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for i in frontier:
+            for j in succ.get(i, ()):
+                if j == start:
+                    return depth[i] + 1
+                if j not in depth:
+                    depth[j] = depth[i] + 1
+                    nxt.append(j)
+        frontier = nxt
+    return 0
+
+
+def _slot_align(buf, slot: int) -> str:
+    offset = buf.offset + slot * buf.slot_stride
+    if buf.layers > 1:
+        offset |= buf.layer_stride
+    return align_label(offset)
+
+
+def _slot_terms(buf, top: int) -> list[str]:
+    """Which address term of a copied element of `buf` (named slots up to `top`) reaches 2 GiB: layer
+    (layer x layer stride), slot (slot x slot stride), element (its whole offset from the buffer's
+    base, when neither term alone does)."""
+    layer, slot = (buf.layers - 1) * buf.layer_stride, top * buf.slot_stride
+    terms = [name for name, offset in (("layer", layer), ("slot", slot)) if offset >= HUGE]
+    if not terms and layer + slot + buf.slot_bytes - buf.elem_size >= HUGE:
+        terms.append("element")
+    return terms
+
+
 class SlotContract(Contract):
     """The shared half of slot_copy and slot_fork; subclasses say how ``dst_idx`` is shaped."""
 
@@ -144,7 +211,7 @@ class SlotContract(Contract):
     def strategy(self, profile, chains: str = "allowed", ill_posed: bool = False, **_):
         if chains not in CHAIN_CHOICES:
             raise UsageError(f"{self.name} option chains must be one of {', '.join(CHAIN_CHOICES)}, got {chains!r}")
-        from mambafuzz.strategies.slots import slot_cases
+        from mambafuzz.strategies.slots import slot_cases  # here: Hypothesis loads with the first strategy, not with the CLI's parser
         return slot_cases(profile, forked=self.forked, chains=chains, ill_posed=ill_posed)
 
     # -- materialising and judging
@@ -164,7 +231,8 @@ class SlotContract(Contract):
             return Image(positions, (buffers, o_src, o_dst))
         return Image(None, (case.buffers, src, dst))
 
-    def prepare(self, case: SlotCase, image: Image, snapshot: np.ndarray, base: int, device: str) -> Prepared:
+    def prepare(self, case: SlotCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
+        base = arena.data_ptr()
         buffers, o_src, o_dst = image.plan
         expect = oracle.expect_slot_fork if self.forked else oracle.expect_slot_copy
         expected = expect(snapshot, buffers, o_src, self._dst_for_oracle(o_dst))
@@ -250,3 +318,54 @@ class SlotContract(Contract):
             yield _cut(case, buffers=packed(buffers, lambda b: b.nbytes, keep))
         if _end(buffers) < case.arena_size:
             yield _cut(case)
+
+    # -- coverage
+    buckets = {"overlap": ("none", "same"), "shift": SHIFTS, "size": SIZES,
+               "chains": ("none", "self", "chain", "swap", "cycle"), "src_align": ALIGNS, "dst_align": ALIGNS,
+               "elem": ELEMS, "layout": ("layer-major", "slot-major"), "padding": ("none", "slot", "layer"),
+               "past_2gib": NO_YES, "past_2gib_by": ("none", "layer", "slot", "element"),
+               "index_dtype": INDEX_DTYPES, "rows": COUNTS}
+
+    def features(self, case: SlotCase) -> dict[str, str]:
+        """Chains, swaps, cycles and self-copies among the pairs; per buffer its layout, padding, element
+        size, alignments and which address term of a named slot reaches 2 GiB; index dtype; pairs."""
+        src, children = case.src_idx, case.children
+        chains = _chain_labels(src, children)
+        padding, layout, src_al, dst_al = set(), [], [], []
+        past, terms = False, []
+        named = set(src) | {d for row in children for d in row}
+        for buf in case.buffers:
+            major = "layer-major" if buf.layer_major else "slot-major"
+            layout.append(major)
+            if major == "layer-major":
+                slot_min, layer_min = buf.slot_bytes, buf.slots * buf.slot_stride
+            else:
+                slot_min, layer_min = buf.layers * buf.layer_stride, buf.slot_bytes
+            if buf.slot_stride > slot_min:
+                padding.add("slot")
+            if buf.layer_stride > layer_min:
+                padding.add("layer")
+            src_al += [_slot_align(buf, s) for s in src]
+            dst_al += [_slot_align(buf, d) for row in children for d in row]
+            if named:
+                top = max(named)
+                past |= buf.offset + (buf.layers - 1) * buf.layer_stride + top * buf.slot_stride + buf.slot_bytes > HUGE
+                terms += _slot_terms(buf, top)
+        pieces = [(s in row, 0, b.slot_bytes) for s, row in zip(src, children) for b in case.buffers]
+        own = self.buckets
+        overlap = ["same" if over else "none" for over, _, _ in pieces] or ["none"]
+        return {"overlap": joined(overlap, own["overlap"]), **shift_size(pieces),
+                "chains": joined(chains, own["chains"]), "src_align": joined(src_al, ALIGNS),
+                "dst_align": joined(dst_al, ALIGNS), "elem": joined([str(b.elem_size) for b in case.buffers], ELEMS),
+                "layout": joined(layout, own["layout"]), "padding": joined(padding or ["none"], own["padding"]),
+                "past_2gib": "yes" if past else "no",
+                "past_2gib_by": joined(terms or ["none"], own["past_2gib_by"]), "index_dtype": case.index_dtype,
+                "rows": bucket(len(src), COUNT_EDGES)}
+
+    def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        allowed = (options.get("chains") or "allowed") == "allowed"
+        return {"chains": ("none", "self", "chain", "swap") if allowed else ("none",),
+                "overlap": ("none", "same") if allowed else ("none",),
+                "layout": ("layer-major", "slot-major"), "elem": ELEMS, "padding": ("none", "slot", "layer"),
+                "past_2gib": NO_YES, "past_2gib_by": ("none", "layer", "slot", "element"),
+                "index_dtype": INDEX_DTYPES}

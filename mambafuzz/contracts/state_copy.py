@@ -90,11 +90,12 @@ class StateCopy(PoolContract):
     request_fields = ("src_cols", "dst_cols", "biases")
 
     def strategy(self, profile, layout="both", tiles="drawn", skip_equal_cols=False, **_):
-        from mambafuzz.strategies.pools import state_copy_cases
+        from mambafuzz.strategies.pools import state_copy_cases  # here: Hypothesis loads with the first strategy, not with the CLI's parser
         layout, fixed, skip = parse_options(layout, tiles, skip_equal_cols)
         return state_copy_cases(profile, layout=layout, tiles=fixed, skip_equal_cols=skip)
 
-    def prepare(self, case: StateCopyCase, image: Image, snapshot: np.ndarray, base: int, device: str) -> Prepared:
+    def prepare(self, case: StateCopyCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
+        base = arena.data_ptr()
         _, pools, tables = image.plan
         keep = [r for r in range(len(case.src_cols))
                 if not (case.skip_equal_cols and case.src_cols[r] == case.dst_cols[r])]
@@ -122,6 +123,13 @@ class StateCopy(PoolContract):
             tables = tuple(tuple(row[:c] + row[c + 1:] for row in table) for table in case.block_tables)
             yield dataclasses.replace(case, block_tables=tables, src_cols=tuple(s - (s > c) for s in case.src_cols),
                                       dst_cols=tuple(d - (d > c) for d in case.dst_cols))
+
+    def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        out = super().expected_features(options)
+        out["past_2gib"] = ("no", "yes")
+        if options.get("tiles") in (None, "drawn"):
+            out["tiles"] = ("1", "2-3", "4-15", ">=16")
+        return out
 
 
 CONTRACT = StateCopy()

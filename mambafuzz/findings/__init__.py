@@ -30,6 +30,7 @@ from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts.cases import Case
 from mambafuzz.judge.engine import Verdict
 from mambafuzz.errors import CaseError, CrashFileError, UsageError
+from mambafuzz.search.cross import Witness
 
 CRASH_SCHEMA = 1
 _REQUIRED = ("schema", "target", "contract", "device", "mode", "case", "verdict")
@@ -126,7 +127,6 @@ class Finding:
             lines.append(f"rate: {k}/{n} as found; {self.verdict.failures}/{self.verdict.reps} on this case "
                          f"(< {self.verdict.rate_upper95:.2g} at 95%)")
         if self.witness:
-            from mambafuzz.search.cross import Witness
             try:
                 lines.append(Witness.from_json(self.witness).line())
             except (ValueError, TypeError):

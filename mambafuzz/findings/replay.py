@@ -10,9 +10,9 @@ Each file gets one row, whatever happens to the others:
 - ``inconclusive``: nothing could be checked (Triton's interpreter cannot run
   the kernel) or mambafuzz itself failed.
 
-``exit_code`` turns the rows into the command's exit code: 1 if any file
-still fails; else 2 if any could not run; else 3 if any was inconclusive;
-else 0.
+``exit_code`` turns the rows into the command's exit code
+(``outcome.replay_exit_code``): 1 if any file still fails; else 2 if any
+could not run; else 3 if any was inconclusive; else 0.
 
 A file of kind ``fault``, ``crash`` or ``hang`` (and every file on ``cuda``)
 replays in a child process that sends its row back as JSON; a child that dies
@@ -30,7 +30,9 @@ from pathlib import Path
 
 from mambafuzz import findings
 from mambafuzz.judge.engine import FAULT_KINDS, Verdict, run_case
+from mambafuzz.report import outcome
 from mambafuzz.errors import Inconclusive, InternalError, Rejected, UsageError
+from mambafuzz.judge.signature import check as check_signature
 
 STILL_FAILING, FIXED, COULD_NOT_RUN, INCONCLUSIVE = "still failing", "fixed", "could not run", "inconclusive"
 
@@ -102,8 +104,6 @@ def _as_against(against) -> Against | None:
 def _target_for(record: findings.CrashRecord, against: Against | None):
     from mambafuzz.cli.targets import resolve_one
 
-    from mambafuzz.judge.signature import check
-
     contract = record.case.contract
     if against is None:
         target = resolve_one(record.target, contract=contract, overlap=record.overlap,
@@ -112,7 +112,7 @@ def _target_for(record: findings.CrashRecord, against: Against | None):
         target = resolve_one(against.spec, contract=against.contract or contract,
                              overlap=against.overlap or record.overlap)
     if target.kind == "user" and target.contract == contract:
-        check(target.fn, target.contract, target.name)  # a misfit is bad input, not a finding
+        check_signature(target.fn, target.contract, target.name)  # a misfit is bad input, not a finding
     return target
 
 
@@ -206,10 +206,7 @@ def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str
 
 
 def exit_code(rows: list[ReplayRow]) -> int:
-    """1 if any still fails; else 2 if any could not run (bad input); else 3 if any inconclusive; else 0."""
+    """The rows' exit code (``outcome.replay_exit_code``); no rows is bad input."""
     statuses = {r.status for r in rows}
-    if STILL_FAILING in statuses:
-        return 1
-    if COULD_NOT_RUN in statuses or not rows:
-        return 2
-    return 3 if INCONCLUSIVE in statuses else 0
+    return outcome.replay_exit_code(STILL_FAILING in statuses, COULD_NOT_RUN in statuses or not rows,
+                                    INCONCLUSIVE in statuses)

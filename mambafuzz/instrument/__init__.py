@@ -1,7 +1,7 @@
 """Warp-delay amplification for any Triton kernel a user target launches.
 
 The project's own kernels take ``perturb=`` and have the delays compiled in
-(``kernels.copy._perturb``).  A user's kernel does not, so while a perturbed
+(``kernels.copy.warp_delay``).  A user's kernel does not, so while a perturbed
 case runs a non-amplifiable target on a GPU, ``perturbed_launches(perturb)``
 intercepts the target's Triton launches and runs an instrumented variant of
 each kernel instead:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 PREFIX = "_mambafuzz_"
-DELAY = PREFIX + "delay"                       # the jitted delay helper (kernels.copy._perturb)
+DELAY = PREFIX + "delay"                       # the jitted delay helper (kernels.copy.warp_delay)
 CONSTEXPRS = (PREFIX + "DELAY_POS", PREFIX + "DELAY_NS", PREFIX + "SCHEDULE")
 SEED = PREFIX + "seed"
 EXTRA = CONSTEXPRS + (SEED,)

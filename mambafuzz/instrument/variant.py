@@ -2,7 +2,7 @@
 
 The variant is the transformed source (``transform``) defined in a copy of the
 kernel's globals (plus its closure's names) with three names added: the delay
-helper (``kernels.copy._perturb``, the project kernels' own), and the variants
+helper (``kernels.copy.warp_delay``, the project kernels' own), and the variants
 of the helpers it calls.  It is jitted the way the kernel was (compiled or
 interpreted, ``do_not_specialize`` + the seed, ``debug``, ``noinline``), so
 Triton caches its compilations per specialization like any kernel's.
@@ -156,8 +156,8 @@ def _same_function(a, b) -> bool:
 
 def _delay_helper():
     """The project kernels' warp-delay function (imported late: kernels load after the device is chosen)."""
-    from mambafuzz.kernels.copy import _perturb
-    return _perturb
+    from mambafuzz.kernels.copy import warp_delay
+    return warp_delay
 
 
 def _jit_like(kernel, raw_fn, *, seed_unspecialized: bool):

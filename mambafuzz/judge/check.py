@@ -24,7 +24,7 @@ kernel gathers ``arena[positions]``, compares with ``expected`` and scatters
 ``snapshot`` back.  Positions must be distinct (``materialize`` makes them so).
 
 Auxiliary array (both layouts): an optional second byte buffer with its own
-expected/snapshot (the postprocess accepted counts, int32 viewed as bytes),
+expected/snapshot (a contract's in-place ``Output``, viewed as bytes),
 judged and restored by one extra program; its differing bytes go into the
 same ``counter[slot]``.
 
@@ -381,7 +381,7 @@ def _bytes(name, t, device=None):
 
 
 def _aux_buffers(who: str, arena, aux, aux_expected, aux_snapshot):
-    """The in-place output a judge checks besides the arena (postprocess's accepted counts), as
+    """The in-place output a judge checks besides the arena (a contract's ``Output``), as
     ``(aux, aux_expected, aux_snapshot, n_aux)``; without one, the arena three times (never read)."""
     if aux is None:
         return arena, arena, arena, 0

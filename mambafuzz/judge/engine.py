@@ -247,8 +247,8 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     """Materialise `case`, run `fn` `reps` times from the snapshot, judge each run.
 
     `amplifiable` says whether `fn` takes ``perturb=`` (None: ``fn.amplifiable``).
-    Past `end` (``time.monotonic()``) no further repetition starts, the first
-    always runs: a kernel slow enough to outlast a run's ``--time`` in a batch
+    Past `end` (a ``clock.Deadline``'s end, on ``time.monotonic()``) no further
+    repetition starts, the first always runs: a kernel slow enough to outlast a run's ``--time`` in a batch
     of repetitions then costs one repetition past it, not the batch.
     Raises CaseError (the case cannot be checked), Rejected (the target declined
     it: ``mambafuzz.reject``), Inconclusive or InternalError;

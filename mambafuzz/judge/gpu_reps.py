@@ -135,7 +135,7 @@ class Drive:
 
 
 class TimeBox:
-    """Whether a batch may launch more repetitions: none past `end` (``time.monotonic()``).
+    """Whether a batch may launch more repetitions: none past `end` (a ``clock.Deadline``'s end).
 
     A batch is launched ahead of the device, so the host's clock says nothing
     about how far the device has got.  After the first unit (a graph replay or
@@ -293,7 +293,8 @@ def _idempotent(m: Materialized) -> bool:
     """Whether a second correct run on the expectation would change nothing (one oracle run)."""
     contract = contracts.of(m.case)
     expected = np.ascontiguousarray(m.expected)
-    again = contract.prepare(m.case, contract.image(m.case), expected, 0, "cpu").expected
+    arena = torch.from_numpy(expected.copy())  # the oracle reads the snapshot; the arena only gives views
+    again = contract.prepare(m.case, contract.image(m.case), expected, arena, "cpu").expected
     return bool(np.array_equal(again, expected))
 
 
@@ -328,22 +329,22 @@ class _Buffers:
         from mambafuzz.judge.check import CHUNK_WORDS, CheckRestore, ChunkCheck
 
         self.plan = None
-        if m._positions is None:
+        if m.device_positions is None:
             expected = torch.from_numpy(np.ascontiguousarray(m.expected)).to(dev)
-            aligned = all(t.data_ptr() % 8 == 0 for t in (m.arena, expected, m._arena_snapshot))
+            aligned = all(t.data_ptr() % 8 == 0 for t in (m.arena, expected, m.arena_snapshot))
             if judge == "chunks" and aligned:
                 words = words or CHUNK_WORDS
                 self.plan = chunk_plan(m, 8 * words)
-                self.check = ChunkCheck(m.arena, expected, m._arena_snapshot, self.plan.order,
+                self.check = ChunkCheck(m.arena, expected, m.arena_snapshot, self.plan.order,
                                         self.plan.n_check, self.plan.n_restore, full_every=full_every,
                                         words=words, **aux)
             else:
-                self.check = CheckRestore(m.arena, expected, m._arena_snapshot, m.arena.numel(), **aux)
+                self.check = CheckRestore(m.arena, expected, m.arena_snapshot, m.arena.numel(), **aux)
         else:
             live = m.positions >= 0
             expected = torch.from_numpy(np.ascontiguousarray(m.expected[live])).to(dev)
-            self.check = CheckRestore(m.arena, expected, m._arena_snapshot, expected.numel(),
-                                      positions=m._positions, **aux)
+            self.check = CheckRestore(m.arena, expected, m.arena_snapshot, expected.numel(),
+                                      positions=m.device_positions, **aux)
         self.judge = "chunks" if self.plan is not None else "full"
         self._work = None
 

@@ -3,7 +3,7 @@
 ``batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None)``:
 int64 ``[n]`` tensors of absolute byte addresses and byte counts; copy i is a
 memmove of ``sizes[i]`` bytes (full overlap support, both directions).
-``variant`` selects one bug-zoo flag of ``_move_span`` (see ``VARIANTS``);
+``variant`` selects one bug-zoo flag of ``move_span`` (see ``VARIANTS``);
 ``perturb`` (``kernels.perturb.Perturb``) sleeps chosen warps to make races show.
 
 Splitting long rows: a row whose source and destination do not overlap (or
@@ -20,17 +20,17 @@ then whole blocks of ``SPLIT_BLOCK`` bytes dealt out to the parts in turn
 (``INTERLEAVE``: the parts walk the row side by side), unmasked, through
 pointers marked 16-byte aligned so every lane moves 16-byte vectors, four
 blocks loaded before any is stored (``UNROLL``), and the last partial block
-and byte tail (the last part).  ``_move_span``'s masked u64 lanes reached
+and byte tail (the last part).  ``move_span``'s masked u64 lanes reached
 about three quarters of ``copy_`` on an H200, this path 92-95% with the
 defaults (``bench/tune_large.py``, which sweeps every knob; a flat Triton copy
 of the same bytes reaches 96-97%).  Other rows, and every row of the
 TAIL-DROP and MISALIGN variants, are cut into spans whose boundaries after the
 first sit where ``dst`` is ``ALIGN``-byte aligned, so only the first span has a
 byte head and only the last a byte tail (TAIL-DROP drops the same bytes as
-unsplit); each span goes through ``_move_span`` in steps of ``BLOCK`` (wider
+unsplit); each span goes through ``move_span`` in steps of ``BLOCK`` (wider
 byte lanes there would cost the whole kernel its registers).
 A row that overlaps itself stays in program (row, 0), walking away from the
-overlap with the barrier of ``_move_span``: a second program could store bytes
+overlap with the barrier of ``move_span``: a second program could store bytes
 the first has yet to load.
 
 The parts a row gets on the grid (``parts_cap``) come from the row count
@@ -47,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .copy import _move_bytes_small, _move_span, _perturb
+from .copy import move_bytes_small, move_span, warp_delay
 from .launch import launch, variant_flags
 
 BLOCK = 1024  # bytes per body chunk
@@ -61,7 +61,7 @@ UNROLL = 4            # the 16-byte path: blocks loaded before the first is stor
 PART_MAJOR = True     # the grid: 1-D with a row's parts side by side (True) or 2-D (rows, parts)
 _ALIGN = tl.constexpr(ALIGN)
 
-# zoo id -> constexpr flags of _move_span
+# zoo id -> constexpr flags of move_span
 VARIANTS = {
     None: {},
     "BM-NOGUARD": {"NOGUARD_LEFT": True},
@@ -94,8 +94,8 @@ def _copy_disjoint(src_addr, dst_addr, n, part, parts, BLOCK: tl.constexpr, UNRO
     """
     head = tl.minimum((16 - dst_addr % 16) % 16, n)
     if part == 0:
-        _move_bytes_small(src_addr, dst_addr, tl.minimum(head, 8), False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
-        _move_bytes_small(src_addr + 8, dst_addr + 8, head - 8, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        move_bytes_small(src_addr, dst_addr, tl.minimum(head, 8), False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        move_bytes_small(src_addr + 8, dst_addr + 8, head - 8, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
     ps = (src_addr + head).to(tl.pointer_type(tl.uint64))
     pd = (dst_addr + head).to(tl.pointer_type(tl.uint64))
     lanes = tl.arange(0, BLOCK // 8).to(tl.int64)
@@ -104,14 +104,14 @@ def _copy_disjoint(src_addr, dst_addr, n, part, parts, BLOCK: tl.constexpr, UNRO
     step = parts * (BLOCK // 8)
     while k + (UNROLL - 1) * parts < blocks:
         o = k * (BLOCK // 8) + lanes
-        _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         x = tl.load(tl.multiple_of(ps + o, 16))
         if UNROLL >= 2:
             x2 = tl.load(tl.multiple_of(ps + o + step, 16))
         if UNROLL == 4:
             x3 = tl.load(tl.multiple_of(ps + o + 2 * step, 16))
             x4 = tl.load(tl.multiple_of(ps + o + 3 * step, 16))
-        _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         tl.store(tl.multiple_of(pd + o, 16), x)
         if UNROLL >= 2:
             tl.store(tl.multiple_of(pd + o + step, 16), x2)
@@ -122,21 +122,21 @@ def _copy_disjoint(src_addr, dst_addr, n, part, parts, BLOCK: tl.constexpr, UNRO
     if UNROLL >= 2:
         while k < blocks:  # the part's last blocks, fewer than UNROLL
             o = k * (BLOCK // 8) + lanes
-            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             x = tl.load(tl.multiple_of(ps + o, 16))
-            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             tl.store(tl.multiple_of(pd + o, 16), x)
             k += parts
     if part == parts - 1:
         words = (n - head - blocks * BLOCK) // 8
         o = blocks * (BLOCK // 8) + lanes
         m = lanes < words
-        _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         x = tl.load(ps + o, mask=m)
-        _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         tl.store(pd + o, x, mask=m)
         t = head + blocks * BLOCK + words * 8
-        _move_bytes_small(src_addr + t, dst_addr + t, n - t, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        move_bytes_small(src_addr + t, dst_addr + t, n - t, False, DELAY_POS, DELAY_NS, SCHEDULE, seed)
 
 
 @triton.jit(do_not_specialize=["cap", "seed"])
@@ -160,7 +160,7 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, cap, seed, BLOCK: tl.constex
     overlaps = ((dst < src) & (src < dst + n)) | ((src < dst) & (dst < src + n))
     if overlaps:  # one program, in the guard's direction
         if part == 0:
-            _move_span(src, dst, n, BLOCK,
+            move_span(src, dst, n, BLOCK,
                        NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
                        DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
                        DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
@@ -172,7 +172,7 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, cap, seed, BLOCK: tl.constex
             lo = tl.where(part == 0, 0, tl.minimum(head + part * piece, n))
             hi = tl.where(part == parts - 1, n, tl.minimum(head + (part + 1) * piece, n))
             if DROP_TAIL or CHECK_DST_ALIGN_ONLY:
-                fast = False  # these variants' bugs live in _move_span's head/body/tail
+                fast = False  # these variants' bugs live in move_span's head/body/tail
             else:
                 fast = (src - dst) % 16 == 0
             if fast:
@@ -183,7 +183,7 @@ def _batch_memcpy_kernel(src_ptrs, dst_ptrs, sizes, cap, seed, BLOCK: tl.constex
                     _copy_disjoint(src + lo, dst + lo, hi - lo, 0, 1, SPLIT_BLOCK, UNROLL, DELAY_POS=DELAY_POS,
                                    DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
             else:
-                _move_span(src + lo, dst + lo, hi - lo, BLOCK,
+                move_span(src + lo, dst + lo, hi - lo, BLOCK,
                            NOGUARD_LEFT=NOGUARD_LEFT, FORWARD_RIGHT=FORWARD_RIGHT,
                            DROP_TAIL=DROP_TAIL, CHECK_DST_ALIGN_ONLY=CHECK_DST_ALIGN_ONLY,
                            DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)

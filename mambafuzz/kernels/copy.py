@@ -1,6 +1,6 @@
 """Memmove-safe copy helpers shared by every kernel (``@triton.jit`` only).
 
-``_move_span`` copies ``n`` bytes inside ONE program with memmove semantics.
+``move_span`` copies ``n`` bytes inside ONE program with memmove semantics.
 
 Loops are ``while`` loops: the 3.6 interpreter cannot take a tensor as a
 ``range`` bound under numpy 2.x (``__index__`` calls ``int()`` on a
@@ -50,7 +50,7 @@ Race amplification (constexpr, default off, compiled out when off)
 ``seed`` word that carries the delay, schedule and seed (see
 ``kernels.perturb``) make chosen warps sleep (PTX ``nanosleep``) at one of two
 positions of every piece: 1 = before its load, 2 = between its load and its
-store (before the barrier, where there is one).  ``_perturb`` is a no-op unless
+store (before the barrier, where there is one).  ``warp_delay`` is a no-op unless
 ``DELAY_NS > 0`` and the position matches, and always a no-op in Triton's
 interpreter (no inline asm there): the choice is made when the kernel is
 traced, so an unperturbed kernel is the same code as before.
@@ -61,7 +61,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 
 @triton.jit
-def _floordiv(a, b):
+def floordiv(a, b):
     """Python-style floor division for signed ints (Triton's ``//`` truncates)."""
     q = a // b
     rem = a - q * b
@@ -71,13 +71,13 @@ def _floordiv(a, b):
 # Whether this module's kernels compile (True) or run in Triton's interpreter,
 # read from what ``@triton.jit`` just made (it decided from TRITON_INTERPRET as
 # it ran; ``kernels.INTERPRETED`` can be stale if ``kernels`` was imported
-# before the device was chosen).  A constexpr global, so ``if _COMPILED:`` is
+# before the device was chosen).  A constexpr global, so ``if COMPILED:`` is
 # resolved while a kernel is traced and the interpreter never sees inline asm.
-_COMPILED = tl.constexpr(not isinstance(_floordiv, InterpretedFunction))
+COMPILED = tl.constexpr(not isinstance(floordiv, InterpretedFunction))
 
 
 @triton.jit
-def _perturb(POS_HERE: tl.constexpr, DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr,
+def warp_delay(POS_HERE: tl.constexpr, DELAY_POS: tl.constexpr, DELAY_NS: tl.constexpr,
              SCHEDULE: tl.constexpr, SEED):
     """Sleep chosen warps at position ``POS_HERE`` (see the module docstring).
 
@@ -93,7 +93,7 @@ def _perturb(POS_HERE: tl.constexpr, DELAY_POS: tl.constexpr, DELAY_NS: tl.const
     Every thread of a warp computes the same delay, so a warp never diverges
     here.  ``nanosleep`` needs sm_70+ and sleeps anywhere in [0, 2t], at most 1 ms.
     """
-    if _COMPILED:
+    if COMPILED:
         if DELAY_NS > 0:
             if DELAY_POS == POS_HERE:
                 if SCHEDULE > 0:
@@ -124,22 +124,22 @@ def _perturb(POS_HERE: tl.constexpr, DELAY_POS: tl.constexpr, DELAY_NS: tl.const
 
 
 @triton.jit
-def _move_bytes_small(src_addr, dst_addr, n, guard, DELAY_POS: tl.constexpr = 0,
+def move_bytes_small(src_addr, dst_addr, n, guard, DELAY_POS: tl.constexpr = 0,
                       DELAY_NS: tl.constexpr = 0, SCHEDULE: tl.constexpr = 0, seed=0):
     """One piece of at most 8 bytes (a head or a tail), byte lanes."""
     if n > 0:
         offs = tl.arange(0, 8).to(tl.int64)
         m = offs < n
-        _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         x = tl.load((src_addr + offs).to(tl.pointer_type(tl.uint8)), mask=m)
-        _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         if guard:
             tl.debug_barrier()
         tl.store((dst_addr + offs).to(tl.pointer_type(tl.uint8)), x, mask=m)
 
 
 @triton.jit
-def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
+def move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
                NOGUARD_LEFT: tl.constexpr = False,
                FORWARD_RIGHT: tl.constexpr = False,
                DROP_TAIL: tl.constexpr = False,
@@ -176,10 +176,10 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
 
     # first edge piece: the tail when walking down, the head when walking up
     if desc:
-        _move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard,
+        move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard,
                           DELAY_POS, DELAY_NS, SCHEDULE, seed)
     else:
-        _move_bytes_small(src_addr, dst_addr, head, guard, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        move_bytes_small(src_addr, dst_addr, head, guard, DELAY_POS, DELAY_NS, SCHEDULE, seed)
 
     if vec:
         nch = (body + BLOCK - 1) // BLOCK
@@ -189,9 +189,9 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
             c = tl.where(desc, nch - 1 - k, k)
             offs = head + c * BLOCK + lanes
             m = offs < tail_off
-            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             x = tl.load((src_addr + offs).to(tl.pointer_type(tl.uint64)), mask=m)
-            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             if guard:
                 tl.debug_barrier()
             tl.store((dst_addr + offs).to(tl.pointer_type(tl.uint64)), x, mask=m)
@@ -206,9 +206,9 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
             cb = tl.where(desc, nchb - 1 - kb, kb)
             offs_b = cb * BLOCK + lanes_b
             mb = offs_b < body
-            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             xb = tl.load((src_addr + offs_b).to(tl.pointer_type(tl.uint8)), mask=mb)
-            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             if guard:
                 tl.debug_barrier()
             tl.store((dst_addr + offs_b).to(tl.pointer_type(tl.uint8)), xb, mask=mb)
@@ -216,7 +216,7 @@ def _move_span(src_addr, dst_addr, n, BLOCK: tl.constexpr,
 
     # last edge piece
     if desc:
-        _move_bytes_small(src_addr, dst_addr, head, guard, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+        move_bytes_small(src_addr, dst_addr, head, guard, DELAY_POS, DELAY_NS, SCHEDULE, seed)
     else:
-        _move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard,
+        move_bytes_small(src_addr + tail_off, dst_addr + tail_off, tail, guard,
                           DELAY_POS, DELAY_NS, SCHEDULE, seed)

@@ -2,7 +2,7 @@
 
 A :class:`Perturb` is handed to a launcher (``batch_memcpy``, ``state_copy``,
 ``postprocess``) as ``perturb=``; the launcher turns it into the constexprs of
-``kernels.copy._perturb`` (``DELAY_POS``, and ``DELAY_NS``/``SCHEDULE`` as
+``kernels.copy.warp_delay`` (``DELAY_POS``, and ``DELAY_NS``/``SCHEDULE`` as
 on/off flags), one runtime argument (``seed``, the packed word below) and the
 launch's ``num_warps``.
 

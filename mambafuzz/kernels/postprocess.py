@@ -11,7 +11,7 @@ decision for its request r from the request arrays (int32 ``[R]``) and
     bias = aligned - running, dst_col = aligned // block_size - 1, src_col = state_idx
     src_col == dst_col           -> accepted count becomes 1
     src_col == dst_col, bias == 0 -> no copy (self-copy)
-    otherwise                    -> _copy_one_state(s, tile t) with (src_col, dst_col, bias)
+    otherwise                    -> copy_one_state(s, tile t) with (src_col, dst_col, bias)
 
 The accepted counts are READ from a per-step snapshot (``accepted_in``, a
 clone the launcher makes) and WRITTEN to ``num_accepted`` (the live tensor,
@@ -21,16 +21,16 @@ another program of the same launch writes.
 Perturbation (``kernels.perturb``): position 1 also sleeps chosen warps before
 the decision reads (with schedule 3 the delay differs per program, which is
 what a cross-program race such as PP-INPLACE needs); the copy pieces get both
-positions through ``_copy_one_state``.
+positions through ``copy_one_state``.
 """
 import torch
 import triton
 import triton.language as tl
 
-from .copy import _floordiv, _perturb
+from .copy import floordiv, warp_delay
 from .launch import launch, variant_flags
 from .state_copy import (BLOCK, FLAG_NAMES, ROWS, VARIANTS as STATE_VARIANTS,
-                         _copy_one_state, check_launch, check_rows, positive_int)
+                         copy_one_state, check_launch, check_rows, positive_int)
 
 # zoo ids handled here on top of the state-copy ones
 PP_VARIANTS = ("NOOP-SKIP", "PP-INPLACE")
@@ -47,7 +47,7 @@ def _postprocess_kernel(meta_ptr, bt_ptr, num_computed, num_scheduled, num_draft
     r = tl.program_id(0)
     s = tl.program_id(1)
     t = tl.program_id(2)
-    _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)  # before the decision reads
+    warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)  # before the decision reads
     bs = block_size.to(tl.int64)
     nc = tl.load(num_computed + r).to(tl.int64)
     ns = tl.load(num_scheduled + r).to(tl.int64)
@@ -56,10 +56,10 @@ def _postprocess_kernel(meta_ptr, bt_ptr, num_computed, num_scheduled, num_draft
     src_col = tl.load(state_idx + r).to(tl.int64)
     running = nc + ns - nd
     new_computed = running + acc - 1
-    aligned = _floordiv(new_computed, bs) * bs
+    aligned = floordiv(new_computed, bs) * bs
     if aligned >= running:
         bias = aligned - running
-        dst_col = _floordiv(aligned, bs) - 1
+        dst_col = floordiv(aligned, bs) - 1
         self_col = src_col == dst_col
         if self_col & (s == 0) & (t == 0):
             tl.store(num_accepted + r, tl.full((), 1, tl.int32))
@@ -68,7 +68,7 @@ def _postprocess_kernel(meta_ptr, bt_ptr, num_computed, num_scheduled, num_draft
         else:
             do_copy = (src_col != dst_col) | (bias != 0)
         if do_copy & (s < S):
-            _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
+            copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
                             BLOCK, ROWS,
                             SD_SPAN=SD_SPAN, DS_ROW=DS_ROW, DS_CONTIG=DS_CONTIG,
                             ADDR_I32=ADDR_I32, TILE_GAP=TILE_GAP, PAD_CLOBBER=PAD_CLOBBER,

@@ -8,7 +8,7 @@ of ARCHITECTURE.md.  Names: ``triton.<contract>`` (the project's kernels),
 
 ``amplifiable`` targets (the project's Triton kernels and their zoo variants)
 take ``perturb=`` (a ``kernels.perturb.Perturb``): chosen warps sleep at a
-chosen place so that GPU races show (see ``kernels.copy._perturb``).  Their
+chosen place so that GPU races show (see ``kernels.copy.warp_delay``).  Their
 functions also carry ``fn.amplifiable = True``, which is what the engine reads
 (it is handed the function, not the Target).
 
@@ -18,10 +18,11 @@ Importing this module imports torch and triton (the kernels) but nothing from
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from . import batch_memcpy as _bm
+from . import conv_update as _cu
 from . import postprocess as _pp
 from . import slots as _sl
 from . import state_copy as _sc
@@ -44,6 +45,7 @@ class Target:
     zoo_id: str | None = None
     devices: tuple = ("cpu", "cuda")
     amplifiable: bool = False   # fn takes perturb= (kernels.perturb.Perturb)
+    options: dict = field(default_factory=dict)  # contract options the target is written for (a zoo row's)
 
     def __post_init__(self):
         if not isinstance(self.contract, str) or not self.contract:  # the engine knows the contracts
@@ -200,6 +202,8 @@ def _register_builtins():
         "torch path: view[:, dst[i, n]] = view[:, src[i]] on [L, S, slot bytes] byte views",
         _sl.torch_slot_fork))
     for e in ZOO:
+        if e.contract not in _FACTORIES:
+            continue  # a module of _DECLARING's
         name = f"zoo.{e.id}"
         fn = _named(_FACTORIES[e.contract](e.variant), name,
                     f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}.")
@@ -207,4 +211,26 @@ def _register_builtins():
                         bug=e.kind, zoo_id=e.id, amplifiable=True))
 
 
+# Kernel modules that declare their targets: CONTRACT (its name), DESCRIPTION, contract_fn(variant), torch_fn.
+# Their kernels take no perturb= (on a GPU, mambafuzz.instrument adds warp delays as to a user's).
+_DECLARING = (_cu,)
+
+
+def _register_declared():
+    for module in _DECLARING:
+        contract = module.CONTRACT
+        fn = module.contract_fn(None)
+        fn.__doc__ = module.DESCRIPTION
+        register(Target(f"triton.{contract}", contract, "correct", "full", module.DESCRIPTION, fn))
+        register(Target(f"torch.{contract}", contract, "torch", "full", module.torch_fn.__doc__.splitlines()[0],
+                        module.torch_fn))
+        for e in ZOO:
+            if e.contract == contract:
+                fn = module.contract_fn(e.variant)
+                fn.__doc__ = f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}."
+                register(Target(f"zoo.{e.id}", contract, "zoo", "full", e.description, fn, bug=e.kind,
+                                zoo_id=e.id, options=dict(e.options)))
+
+
 _register_builtins()
+_register_declared()

@@ -52,7 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .copy import _perturb
+from .copy import warp_delay
 from .launch import launch, variant_flags
 
 # Columns of the slot meta table (int64 [B, SLOT_META_COLS]); mambafuzz.contracts.slots.SLOT_META_COLUMNS
@@ -95,10 +95,10 @@ def _copy_words(src, dst, nbytes, WORD: tl.constexpr, LANES: tl.constexpr,
         offs = k * LANES + lanes
         m = offs < n
         if DELAY_NS > 0:  # (a constexpr test: no call at all, in the interpreter either, when off)
-            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         x = tl.load((src + offs * width).to(tl.pointer_type(WORD)), mask=m)
         if DELAY_NS > 0:
-            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
         tl.store((dst + offs * width).to(tl.pointer_type(WORD)), x, mask=m)
         k += 1
 

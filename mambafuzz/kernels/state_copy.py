@@ -10,7 +10,7 @@ Per state kind:
 * conv, SD layout ``[blocks, state_len, dim]``: tokens ``bias..state_len-1``
   of the source block become tokens ``0..`` of the destination block.  If the
   source and destination are the same physical block and ``bias > 0`` the
-  ranges overlap: the copy goes token by token, ascending, one ``_move_span``
+  ranges overlap: the copy goes token by token, ascending, one ``move_span``
   per token (source and destination token never overlap since
   ``bias >= 1``) and a ``tl.debug_barrier()`` after each token, so a token's
   stores are ordered before any later token's loads in every warp.  (Under
@@ -18,7 +18,7 @@ Per state kind:
   path is taken only when ``bias * token_bytes % 8 == 0``, so a byte is loaded
   in iteration ``k - bias`` and stored in iteration ``k`` by the same piece and
   lane; the barrier keeps the path safe without relying on that.)  Otherwise
-  one ``_move_span`` of ``n_tokens * token_bytes`` bytes.
+  one ``move_span`` of ``n_tokens * token_bytes`` bytes.
 * conv, DS layout ``[blocks, dim, state_len]`` (rows ``DS_ROW_STRIDE`` bytes
   apart): token-major; for token i, rows in chunks of ``ROWS`` lanes, element
   ``(row, bias+i) -> (row, i)``.  A lane owns the same row in every token
@@ -43,13 +43,13 @@ import triton
 import triton.language as tl
 
 from . import META_COLS
-from .copy import _move_span, _perturb
+from .copy import move_span, warp_delay
 from .launch import launch, variant_flags
 
 BLOCK = 1024  # bytes per span body chunk
 ROWS = 128    # DS rows per chunk (lanes)
 
-# zoo id -> constexpr flags of _copy_one_state
+# zoo id -> constexpr flags of copy_one_state
 VARIANTS = {
     None: {},
     "SD-SPAN": {"SD_SPAN": True},
@@ -88,9 +88,9 @@ def _ds_token_major_words(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, lan
             m = rows < n_rows
             s_a = src_blk + rows * row_stride + (bias + i) * elem
             d_a = dst_blk + rows * row_stride + i * elem
-            _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             x = tl.load(s_a.to(tl.pointer_type(WORD)), mask=m)
-            _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+            warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
             tl.store(d_a.to(tl.pointer_type(WORD)), x, mask=m)
             c += 1
         i += 1
@@ -119,16 +119,16 @@ def _ds_token_major(src_blk, dst_blk, bias, n_tok, n_rows, row_stride, elem,
                 m = (rows < n_rows)[:, None] & (byte < elem)[None, :]
                 s_a = (src_blk + rows * row_stride + (bias + i) * elem)[:, None] + byte[None, :]
                 d_a = (dst_blk + rows * row_stride + i * elem)[:, None] + byte[None, :]
-                _perturb(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+                warp_delay(1, DELAY_POS, DELAY_NS, SCHEDULE, seed)
                 x = tl.load(s_a.to(tl.pointer_type(tl.uint8)), mask=m)
-                _perturb(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
+                warp_delay(2, DELAY_POS, DELAY_NS, SCHEDULE, seed)
                 tl.store(d_a.to(tl.pointer_type(tl.uint8)), x, mask=m)
                 c += 1
             i += 1
 
 
 @triton.jit
-def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
+def copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
                     BLOCK: tl.constexpr, ROWS: tl.constexpr,
                     SD_SPAN: tl.constexpr = False, DS_ROW: tl.constexpr = False,
                     DS_CONTIG: tl.constexpr = False, ADDR_I32: tl.constexpr = False,
@@ -162,7 +162,7 @@ def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles
                 if DS_CONTIG:
                     if bias > 0:
                         # zoo DS-CONTIG: the strided tail treated as one contiguous run
-                        _move_span(src_addr + bias * elem, dst_addr,
+                        move_span(src_addr + bias * elem, dst_addr,
                                    n_tok * elem * ds_rows, BLOCK,
                                    DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS,
                                    SCHEDULE=SCHEDULE, seed=seed)
@@ -174,7 +174,7 @@ def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles
                     # zoo DS-ROW: each row one parallel run, no barrier
                     rr = ds_rows * 0
                     while rr < ds_rows:
-                        _move_span(src_addr + rr * ds_row_stride + bias * elem,
+                        move_span(src_addr + rr * ds_row_stride + bias * elem,
                                    dst_addr + rr * ds_row_stride, n_tok * elem, BLOCK,
                                    NOGUARD_LEFT=True,
                                    DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS,
@@ -188,21 +188,21 @@ def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles
                 token_bytes = inner * elem
                 if SD_SPAN:
                     # zoo SD-SPAN: the same-block shift as one unguarded span
-                    _move_span(src_addr + bias * token_bytes, dst_addr,
+                    move_span(src_addr + bias * token_bytes, dst_addr,
                                n_tok * token_bytes, BLOCK, NOGUARD_LEFT=True,
                                DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
                 else:
                     if same:
                         i = n_tok * 0
                         while i < n_tok:
-                            _move_span(src_addr + (bias + i) * token_bytes,
+                            move_span(src_addr + (bias + i) * token_bytes,
                                        dst_addr + i * token_bytes, token_bytes, BLOCK,
                                        DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS,
                                        SCHEDULE=SCHEDULE, seed=seed)
                             tl.debug_barrier()
                             i += 1
                     else:
-                        _move_span(src_addr + bias * token_bytes, dst_addr,
+                        move_span(src_addr + bias * token_bytes, dst_addr,
                                    n_tok * token_bytes, BLOCK,
                                    DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS,
                                    SCHEDULE=SCHEDULE, seed=seed)
@@ -222,7 +222,7 @@ def _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles
             lo = tl.minimum(t * tile, size)
             hi = tl.minimum(lo + tile, size)
         if hi > lo:
-            _move_span(src_addr + lo, dst_addr + lo, hi - lo, BLOCK,
+            move_span(src_addr + lo, dst_addr + lo, hi - lo, BLOCK,
             DELAY_POS=DELAY_POS, DELAY_NS=DELAY_NS, SCHEDULE=SCHEDULE, seed=seed)
 
 
@@ -239,7 +239,7 @@ def _state_copy_kernel(meta_ptr, bt_ptr, src_cols, dst_cols, biases, num_tiles, 
     src_col = tl.load(src_cols + r)
     dst_col = tl.load(dst_cols + r)
     bias = tl.load(biases + r)
-    _copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
+    copy_one_state(meta_ptr, bt_ptr, s, r, t, src_col, dst_col, bias, num_tiles, R, C,
                     BLOCK, ROWS,
                     SD_SPAN=SD_SPAN, DS_ROW=DS_ROW, DS_CONTIG=DS_CONTIG,
                     ADDR_I32=ADDR_I32, TILE_GAP=TILE_GAP, PAD_CLOBBER=PAD_CLOBBER,
@@ -247,7 +247,7 @@ def _state_copy_kernel(meta_ptr, bt_ptr, src_cols, dst_cols, biases, num_tiles, 
 
 
 def state_flags(variant):
-    """constexpr flags of ``_copy_one_state`` for a zoo id (None: correct kernel)."""
+    """constexpr flags of ``copy_one_state`` for a zoo id (None: correct kernel)."""
     return variant_flags("state_copy", VARIANTS, FLAG_NAMES, variant)
 
 

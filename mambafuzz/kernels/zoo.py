@@ -24,13 +24,14 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ZooEntry:
     id: str
-    contract: str      # 'batch_memcpy' | 'state_copy' | 'postprocess' | 'slot_copy' | 'slot_fork'
+    contract: str      # a contract's name (mambafuzz.contracts)
     kind: str          # exactly as SPEC section 5 says
     description: str   # one line
     produced_by: str   # how the variant is made
     interpreter: str   # what the CPU interpreter shows (see module docstring)
     cpu: tuple[str, ...]   # the verdict kinds that catch it on the CPU (see module docstring)
     gpu: tuple[str, ...]   # ... and on a GPU
+    options: tuple = ()    # (name, value) contract options the row is fuzzed with (e.g. min_accepted 0)
 
     @property
     def variant(self) -> str:
@@ -53,54 +54,54 @@ ZOO = (
     ZooEntry(
         "BM-NOGUARD", "batch_memcpy", "racy",
         "batch copy with no barrier between load and store on left overlap (dst < src)",
-        "batch_memcpy(variant='BM-NOGUARD'): _move_span(NOGUARD_LEFT=True)",
+        "batch_memcpy(variant='BM-NOGUARD'): move_span(NOGUARD_LEFT=True)",
         "right bytes",
         cpu=("race",), gpu=("mismatch",)),
     ZooEntry(
         "BM-RIGHT", "batch_memcpy", "wrong + racy",
         "batch copy that walks forward (ascending) on right overlap (dst > src); barrier kept",
-        "batch_memcpy(variant='BM-RIGHT'): _move_span(FORWARD_RIGHT=True)",
+        "batch_memcpy(variant='BM-RIGHT'): move_span(FORWARD_RIGHT=True)",
         "wrong when the right overlap spans more than one piece (a later piece loads "
         "bytes an earlier piece stored); right bytes for a single-piece copy",
         cpu=("race", "mismatch"), gpu=("mismatch",)),
     ZooEntry(
         "SD-SPAN", "state_copy", "racy",
         "SD conv same-block shift copied as one parallel span with no barrier",
-        "state_copy(variant='SD-SPAN'): _copy_one_state(SD_SPAN=True) -> one "
-        "_move_span(NOGUARD_LEFT=True) instead of the token loop",
+        "state_copy(variant='SD-SPAN'): copy_one_state(SD_SPAN=True) -> one "
+        "move_span(NOGUARD_LEFT=True) instead of the token loop",
         "right bytes",
         cpu=("race",), gpu=("mismatch",)),
     ZooEntry(
         "DS-ROW", "state_copy", "racy",
         "DS conv same-block shift, each row copied as one parallel byte run (unguarded)",
-        "state_copy(variant='DS-ROW'): _copy_one_state(DS_ROW=True) -> per row "
-        "_move_span(NOGUARD_LEFT=True) of bytes bias*elem.. -> 0..",
+        "state_copy(variant='DS-ROW'): copy_one_state(DS_ROW=True) -> per row "
+        "move_span(NOGUARD_LEFT=True) of bytes bias*elem.. -> 0..",
         "right bytes",
         cpu=("race",), gpu=("mismatch",)),
     ZooEntry(
         "DS-CONTIG", "state_copy", "wrong",
         "DS conv with bias > 0 copied as if the tail were contiguous",
-        "state_copy(variant='DS-CONTIG'): _copy_one_state(DS_CONTIG=True) -> one guarded "
-        "_move_span from block+bias*elem of n_tokens*elem*dim bytes",
+        "state_copy(variant='DS-CONTIG'): copy_one_state(DS_CONTIG=True) -> one guarded "
+        "move_span from block+bias*elem of n_tokens*elem*dim bytes",
         "wrong",
         cpu=("mismatch",), gpu=("mismatch",)),
     ZooEntry(
         "ADDR-I32", "state_copy", "wrong",
         "block_id * block_stride computed in 32 bits (pools over 2 GiB)",
-        "state_copy(variant='ADDR-I32'): _copy_one_state(ADDR_I32=True) -> int32 product",
+        "state_copy(variant='ADDR-I32'): copy_one_state(ADDR_I32=True) -> int32 product",
         "wrong when block_id*block_stride >= 4 GiB (lands on a lower block); between 2 and "
         "4 GiB the address goes negative (a fault)",
         cpu=("oob", "mismatch"), gpu=("mismatch", "fault")),
     ZooEntry(
         "TAIL-DROP", "batch_memcpy", "wrong",
         "u64 copy that drops the last size % 8 bytes",
-        "batch_memcpy(variant='TAIL-DROP'): _move_span(DROP_TAIL=True)",
+        "batch_memcpy(variant='TAIL-DROP'): move_span(DROP_TAIL=True)",
         "wrong",
         cpu=("mismatch",), gpu=("mismatch",)),
     ZooEntry(
         "MISALIGN", "batch_memcpy", "wrong (fault on some GPUs)",
         "u64 fast path taken when src and dst differ in alignment mod 8",
-        "batch_memcpy(variant='MISALIGN'): _move_span(CHECK_DST_ALIGN_ONLY=True) -> the head "
+        "batch_memcpy(variant='MISALIGN'): move_span(CHECK_DST_ALIGN_ONLY=True) -> the head "
         "aligns dst, src is never checked, u64 loads from misaligned src",
         "right bytes (the CPU reads misaligned words); the recorder's alignment check "
         "flags it; NVIDIA GPUs fault with a misaligned address",
@@ -108,7 +109,7 @@ ZOO = (
     ZooEntry(
         "TILE-GAP", "state_copy", "wrong / racy",
         "temporal copy split over tiles with a gap or overlap between tiles",
-        "state_copy(variant='TILE-GAP'): _copy_one_state(TILE_GAP=True) -> tile = "
+        "state_copy(variant='TILE-GAP'): copy_one_state(TILE_GAP=True) -> tile = "
         "floor(size/num_tiles) rounded down to 8, the last tile not taking the remainder",
         "wrong when size is not a multiple of 8*num_tiles (gap)",
         cpu=("mismatch",), gpu=("mismatch",)),
@@ -130,7 +131,7 @@ ZOO = (
     ZooEntry(
         "PAD-CLOBBER", "state_copy", "wrong",
         "temporal copy sized by block stride, overwriting padding",
-        "state_copy(variant='PAD-CLOBBER'): _copy_one_state(PAD_CLOBBER=True) -> size = "
+        "state_copy(variant='PAD-CLOBBER'): copy_one_state(PAD_CLOBBER=True) -> size = "
         "BLOCK_STRIDE instead of INNER*ELEM",
         "wrong when the block stride is padded",
         cpu=("mismatch",), gpu=("mismatch",)),
@@ -169,6 +170,53 @@ ZOO = (
         "wrong when the slot stride is padded; the last slot's copy can run past the buffer and the "
         "arena (out of bounds)",
         cpu=("mismatch", "oob"), gpu=("mismatch", "fault")),
+    # the conv-state update of a (spec-)decode step (SPEC 2.7.1): the index bugs engines shipped in 2025-2026
+    ZooEntry(
+        "CU-NOCLAMP", "conv_update", "wrong",
+        "accepted count 0 read as window column -1, no clamp (vLLM #56419, PR #48475)",
+        "conv_update(variant='CU-NOCLAMP'): off = nacc - 1, not max(nacc - 1, 0)",
+        "wrong when a row has nacc = 0 (--min-accepted 0): the window starts one column early, in the "
+        "previous channel or slot, or before the arena (out of bounds)",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault"), options=(("min_accepted", "0"),)),
+    ZooEntry(
+        "CU-DSTPAD", "conv_update", "wrong",
+        "the write slot never checked for the pad: a pad destination stores slot -1 (before the pool) or slot 0",
+        "conv_update(variant='CU-DSTPAD'): store = True whatever idx[b, last] holds",
+        "wrong when a live row's write column holds the pad (prefix caching): bytes before the pool, or "
+        "out of bounds",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+    ZooEntry(
+        "CU-PAD0", "conv_update", "wrong",
+        "pad -1 clamped to 0: a pad row reads and stores slot 0, a live slot (tokenspeed #700; vLLM #33937, "
+        "#35431)",
+        "conv_update(variant='CU-PAD0'): src, dst = max(src, 0), max(dst, 0)",
+        "wrong when a row is pad (-1): slot 0 gets its state",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch",)),
+    ZooEntry(
+        "CU-NARROW", "conv_update", "wrong",
+        "conv state not widened for draft tokens: a spec step stores W - 1 columns, the drafts' windows lost "
+        "(vLLM #50272)",
+        "conv_update(variant='CU-NARROW'): the non-spec store in spec mode",
+        "wrong in spec mode whenever a row has more than one token",
+        cpu=("mismatch",), gpu=("mismatch",)),
+    ZooEntry(
+        "CU-COL0", "conv_update", "wrong",
+        "the window read at column 0 instead of nacc - 1 after verification (vLLM #39273)",
+        "conv_update(variant='CU-COL0'): off = 0 in spec mode",
+        "wrong when a row accepted more than one token",
+        cpu=("mismatch",), gpu=("mismatch",)),
+    ZooEntry(
+        "CU-ROWSTRIDE", "conv_update", "wrong",
+        "the index array's row stride ignored: a non-contiguous [B, C] (or strided [B]) view read as contiguous",
+        "conv_update(variant='CU-ROWSTRIDE'): row b at b * C, not b * stride(0)",
+        "wrong when the index rows are further apart than their columns",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+    ZooEntry(
+        "CU-I32", "conv_update", "wrong",
+        "the state offset slot * stride in 32 bits: a slot past 2 GiB wraps (the int32-offset family)",
+        "conv_update(variant='CU-I32'): (slot.to(int32) * stride.to(int32))",
+        "wrong or out of bounds when a named slot starts past 2 GiB",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
 )
 
 BY_ID = {e.id: e for e in ZOO}

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _checks
 from .errors import OracleError
-from .state_copy import _block_tables, _check_pools, run_state_copies
+from .state_copy import checked_block_tables, checked_pools, run_state_copies
 
 __all__ = ["AlignDecision", "decide", "expect_postprocess"]
 
@@ -91,8 +91,8 @@ def expect_postprocess(snapshot, pools, block_tables, num_computed, num_schedule
     """
     snapshot = _checks.arena("snapshot", snapshot)
     d = decide(num_computed, num_scheduled, num_draft, num_accepted, state_idx, block_size)
-    bt = _block_tables(block_tables, len(d))
-    pools = _check_pools(pools, snapshot.size, bt.shape[0])
+    bt = checked_block_tables(block_tables, len(d))
+    pools = checked_pools(pools, snapshot.size, bt.shape[0])
     requests = np.flatnonzero(d.do_copy).tolist()
     out = run_state_copies(snapshot, pools, bt, requests, d.src_col, d.dst_col, d.bias)
     return out, d.accepted_out

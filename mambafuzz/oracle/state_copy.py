@@ -113,7 +113,7 @@ def apply_state_copy(out, snapshot, pool, block_row, src_col, dst_col, bias) -> 
     _apply(out, snapshot, pool, sb, db, bias)
 
 
-def _check_pools(pools, arena_size: int, num_groups: int) -> list[PoolLayout]:
+def checked_pools(pools, arena_size: int, num_groups: int) -> list[PoolLayout]:
     try:
         pools = list(pools)
     except TypeError:
@@ -129,7 +129,7 @@ def _check_pools(pools, arena_size: int, num_groups: int) -> list[PoolLayout]:
     return pools
 
 
-def _block_tables(block_tables, num_requests: int) -> np.ndarray:
+def checked_block_tables(block_tables, num_requests: int) -> np.ndarray:
     bt = _checks.int_array("block_tables", block_tables, ndim=3)
     if num_requests > bt.shape[1]:
         raise OracleError(
@@ -182,6 +182,6 @@ def expect_state_copies(snapshot, pools, block_tables, src_cols, dst_cols, biase
     snapshot = _checks.arena("snapshot", snapshot)
     src_cols, dst_cols, biases = _checks.int_arrays(src_cols=src_cols, dst_cols=dst_cols, biases=biases)
     n = src_cols.size
-    bt = _block_tables(block_tables, n)
-    pools = _check_pools(pools, snapshot.size, bt.shape[0])
+    bt = checked_block_tables(block_tables, n)
+    pools = checked_pools(pools, snapshot.size, bt.shape[0])
     return run_state_copies(snapshot, pools, bt, range(n), src_cols, dst_cols, biases)

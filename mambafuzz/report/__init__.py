@@ -8,12 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from mambafuzz.report.load import Report, load
+from mambafuzz.report.render import write
 
 
 def build(path: Path | str, out: Path | str) -> Report:
     """Load `path`, write the page to `out`; UsageError (one line) for a bad input or output."""
-    from mambafuzz.report.render import write
-
     report = load(path)
     write(report, out)
     return report

@@ -154,7 +154,7 @@ def _show(value) -> str:
 
 
 def _from_json_report(path: Path, body: dict) -> Report:
-    from mambafuzz.findings import schema_problem
+    from mambafuzz.findings import schema_problem  # here: the CLI's start-up imports report/, findings the engine
 
     problem = schema_problem(body, REPORT_SCHEMA, "report")
     if problem:

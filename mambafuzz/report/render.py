@@ -16,7 +16,8 @@ import html
 import json
 
 from mambafuzz.errors import UsageError
-from mambafuzz.search.features import BUCKETS
+from mambafuzz.judge.stats import rate_upper_bound
+from mambafuzz.search.features import buckets
 from mambafuzz.report.load import Report, TargetRow
 
 GOOD, BAD, UNSURE = "#2e7d32", "#c62828", "#ef6c00"
@@ -323,8 +324,9 @@ def _race_figure(go, make_subplots, t: TargetRow):
     cells = t.tally.cells
     if not cells:
         return None
+    every = buckets()
     order = lambda axis, values: sorted(values, key=lambda v: (  # noqa: E731
-        BUCKETS[axis].index(v) if v in BUCKETS[axis] else len(BUCKETS[axis]), _num(v)))
+        every[axis].index(v) if v in every[axis] else len(every[axis]), _num(v)))
     shifts = order("shift", {k[0] for k in cells})
     sizes = order("size", {k[1] for k in cells})
     warps = order("num_warps", {k[2] for k in cells})
@@ -333,7 +335,6 @@ def _race_figure(go, make_subplots, t: TargetRow):
     titles = [f"{w} warps, delay {d} ns" for w in warps for d in delays]
     fig = make_subplots(rows=len(warps), cols=len(delays), subplot_titles=titles, shared_xaxes=True,
                         shared_yaxes=True, horizontal_spacing=0.04, vertical_spacing=0.12 / max(1, len(warps)))
-    from mambafuzz.judge.stats import rate_upper_bound
     for i, w in enumerate(warps):
         for j, d in enumerate(delays):
             z, text, hover = [], [], []

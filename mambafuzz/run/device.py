@@ -15,7 +15,8 @@ from mambafuzz.errors import UsageError
 DEVICES = ("cpu", "cuda", "auto")
 # What the process was started with; select() sets TRITON_INTERPRET itself afterwards.
 _INHERITED = os.environ.get("TRITON_INTERPRET")
-_KERNEL_MODULES = tuple(f"mambafuzz.kernels.{m}" for m in ("copy", "batch_memcpy", "state_copy", "postprocess"))
+# every kernel module imports kernels.copy (the shared jitted helpers) as it loads
+_KERNEL_HELPERS = "mambafuzz.kernels.copy"
 
 
 def _cuda_available() -> bool:
@@ -32,10 +33,10 @@ def kernels_loaded_interpreted() -> bool | None:
     Asks a jitted function itself: ``kernels.INTERPRETED`` is read when the
     package is first imported, which can be before ``select`` ran.
     """
-    if not any(m in sys.modules for m in _KERNEL_MODULES):
+    if _KERNEL_HELPERS not in sys.modules:
         return None
     from mambafuzz.kernels import copy
-    return not bool(copy._COMPILED)
+    return not bool(copy.COMPILED)
 
 
 def _check_inherited(device: str) -> None:

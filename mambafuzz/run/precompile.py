@@ -129,7 +129,8 @@ def _cases(task: Task, job: dict, state: dict) -> list:
         profile = strategies.PROFILES[job["profile"]]
         strategy = strategies.for_contract(task.entry["contract"], profile=profile,
                                            **{**job.get("contract_options", {}),
-                                              "overlap": task.entry.get("overlap", "full")})
+                                              "overlap": task.entry.get("overlap", "full"),
+                                              **task.entry.get("options", {})})
         drawn: list = []
         collect = settings(max_examples=CASES, database=None, derandomize=True, deadline=None,
                            phases=[Phase.generate], suppress_health_check=list(HealthCheck))(
@@ -232,7 +233,8 @@ class Precompiler:
 @contextlib.contextmanager
 def ahead(targets: list, opts, processes: int, gpus: list[int] | None = None) -> Iterator[Precompiler]:
     """Helpers building `targets`' kernels while the body fuzzes them; stopped when it ends."""
-    entries = [{"spec": t.name, "contract": t.contract, "overlap": getattr(t, "overlap", "full")}
+    entries = [{"spec": t.name, "contract": t.contract, "overlap": getattr(t, "overlap", "full"),
+                "options": dict(getattr(t, "options", {}))}
                for t in targets]
     job = {"device": opts.device, "profile": opts.profile.name, "reps": opts.reps, "mode": opts.mode,
            "contract_options": dict(opts.contract_options)}

@@ -26,17 +26,16 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from mambafuzz import findings
+from mambafuzz import findings, strategies
 from mambafuzz.run import interrupt
 from mambafuzz.contracts import case_from_json
 from mambafuzz.judge.engine import Verdict
-from mambafuzz.errors import CaseError, UsageError
+from mambafuzz.errors import CaseError, InternalError, UsageError
 from mambafuzz.search.features import Tally
 from mambafuzz.findings import Finding, atomic_write_json
-from mambafuzz.search.fuzz import TargetReport
-from mambafuzz.run.runner import Deadline
-
-EXIT_CONTEXT_LOST = 17
+from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, write_error
+from mambafuzz.run.clock import Deadline
+from mambafuzz.report.outcome import WORKER_CONTEXT_LOST, WORKER_DONE
 
 
 @dataclass
@@ -66,8 +65,6 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
 
     device_mod.select(spec.device)
     interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
-    from mambafuzz import strategies
-    from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
     from mambafuzz.cli.targets import resolve
 
     opts_fields = dict(spec.options)
@@ -90,7 +87,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
             conn.send(("report", TargetReport(target.name, target.contract, stop="not-run", finished=True,
                                               detail=deadline.not_run(ran)).to_json()))
             continue
-        opts = FuzzOptions(**{**opts_fields, "deadline": deadline.share_end(len(spec.targets) - i)})
+        opts = FuzzOptions(**opts_fields, deadline=deadline.share(len(spec.targets) - i))
         ran += 1
         conn.send(("target", target.name))
         last = [0.0]
@@ -112,9 +109,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         except Exception as exc:  # mambafuzz's own failure: never a crash finding against the kernel
             import traceback
 
-            from mambafuzz.errors import InternalError
-            from mambafuzz.search.fuzz import _write_error
-            detail = _write_error(opts, target.name, InternalError(
+            detail = write_error(opts, target.name, InternalError(
                 f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
             conn.send(("report", TargetReport(target.name, target.contract, stop="internal-error",
                                               detail=detail).to_json()))
@@ -122,7 +117,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         conn.send(("report", report.to_json()))
         if report.context_lost:
             conn.close()
-            os._exit(EXIT_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
+            os._exit(WORKER_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
         if report.interrupted:
             break
     conn.send(("bye", None))
@@ -156,7 +151,7 @@ class _Live:
 def session_key(targets: list[dict], sopts: SessionOptions) -> str:
     """Same targets and options -> same key -> resume from the same state file."""
     body = {"targets": [dict(t) for t in targets], "device": sopts.device,
-            "options": {k: v for k, v in sopts.options.items() if k not in ("time_budget",)}}
+            "options": sopts.options}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -284,11 +279,11 @@ class Session:
                             self._fault_finding(w, f"no progress for {self.sopts.hang_timeout:g} s", "hang")
                         else:
                             code = w.process.exitcode
-                            if code != EXIT_CONTEXT_LOST:  # a CUDA fault: the worker reported it already
+                            if code != WORKER_CONTEXT_LOST:  # a CUDA fault: the worker reported it already
                                 self._fault_finding(w, f"worker died (exit code {code})", "crash")
                         self._finish_target(w, w.current_target)
                     remaining = [t for t in w.remaining if t["spec"] not in self.done]
-                    if remaining and (hung or w.process.exitcode != 0):
+                    if remaining and (hung or w.process.exitcode != WORKER_DONE):
                         self.restarts += 1
                         live.append(self._start(w.spec.index, w.spec.gpu, remaining, ctx))
                     self.on_update(self.reports)
@@ -373,8 +368,9 @@ class Session:
 
 
 def plain_options(opts) -> dict:
-    """FuzzOptions -> plain dict for a worker (profile by name, paths as strings)."""
-    body = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+    """FuzzOptions -> plain dict for a worker (profile by name, paths as strings); no deadline: the
+    worker's comes in ``WorkerSpec.deadline``."""
+    body = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name != "deadline"}
     body["profile"] = opts.profile.name
     body["crashes_dir"] = str(opts.crashes_dir) if opts.crashes_dir is not None else None
     if body["database"] is not None and not isinstance(body["database"], str):

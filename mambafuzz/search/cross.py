@@ -26,6 +26,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from mambafuzz.contracts import case_from_json
+from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
+from mambafuzz.judge.engine import run_case
+from mambafuzz.search.reduce import reduce_case, same_value_only
+
 MARKER = "MAMBAFUZZ-CROSS "
 WITNESSED, NOT_WITNESSED, UNAVAILABLE = "witnessed", "not-witnessed", "unavailable"
 
@@ -110,8 +115,6 @@ def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float =
 def _same_failure(first, verdict) -> bool:
     """Shrinking on the CPU keeps the kind of evidence: a hazard stays a hazard (one that can change
     bytes stays one: ``reduce.same_value_only``), wrong bytes stay wrong."""
-    from mambafuzz.search.reduce import same_value_only
-
     if not verdict.failed:
         return False
     if first.hazards:
@@ -122,10 +125,6 @@ def _same_failure(first, verdict) -> bool:
 def _child_answer(request: dict[str, Any]) -> Witness:
     """In the child: judge the case in race mode on the CPU and shrink it while the hazard stays."""
     from mambafuzz.run import device
-    from mambafuzz.contracts import case_from_json
-    from mambafuzz.judge.engine import run_case
-    from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
-    from mambafuzz.search.reduce import reduce_case
     from mambafuzz.cli.targets import resolve_one
 
     try:

@@ -2,61 +2,36 @@
 
 "0 findings" says nothing if the strategies never drew a right overlap, an
 aliased block, a shift of 1 or a pool past 2 GiB.  ``features(case, verdict)``
-turns one example into ``{feature: bucket label}`` (overlap kind, shift and
-size buckets, aliasing, alignment, element size, layout, padding, pool past
-2 GiB, the perturbation, repetitions, the verdict).  The fuzz loop hands them
-to Hypothesis (``hypothesis.event``, so they land in ``--observe`` records as
-Tyche's "features") and counts them per target in a ``Tally``, which also
-bins repetitions and failing repetitions into the GPU race map (shift x size x
-warps x delay) and keeps examples over time.  ``expected_features`` is what a
-contract's strategy draws under the run's profile and options: a bucket in it
-that a run never drew is warned about.
+turns one example into ``{feature: bucket label}``: its contract's features
+(``Contract.features``: overlap kind, shift and size buckets, aliasing,
+alignment, layout, ...), then the perturbation, the repetitions and the
+verdict.  The fuzz loop hands them to Hypothesis (``hypothesis.event``, so
+they land in ``--observe`` records as Tyche's "features") and counts them per
+target in a ``Tally``, which also bins repetitions and failing repetitions
+into the GPU race map (shift x size x warps x delay) and keeps examples over
+time.  ``expected_features`` is what a contract's strategy draws under the
+run's profile and options (``Contract.expected_features``, plus the
+perturbation's under an amplifying profile): a bucket in it that a run never
+drew is warned about.
 
-A feature whose example touches several rows, requests or buffers gets every
-label it saw, joined by "," in the order of its bucket list ("none,left").
-Counting splits them again: the table counts examples that drew each label.
-The race map needs one (shift, size) per example: the tightest overlap's (the
-smallest shift, the racy one), or "none" and the largest piece when nothing
-overlaps.
+A feature holding several labels ("none,left") is split again when counted:
+the table counts examples that drew each label (``contracts/features.py``).
 """
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from typing import Any, Callable
 
-SEP = ","
-HUGE = 1 << 31  # a byte at or past 2 GiB: where 32-bit address arithmetic wraps
+from mambafuzz import contracts
+from mambafuzz.contracts.features import RACE_SHIFT, RACE_SIZE, SEP, bucket, labels_of  # noqa: F401 - public here too
 
-SHIFT_EDGES = ((0, "0"), (1, "1"), (2, "2-3"), (4, "4-7"), (8, "8-15"), (16, "16-63"), (64, "64-255"),
-               (256, "256-1023"), (1024, ">=1K"))
-SIZE_EDGES = ((0, "0"), (1, "1-7"), (8, "8-63"), (64, "64-511"), (512, "512-4095"), (4096, "4K-32K"),
-              (32768, ">=32K"))
 REPS_EDGES = ((0, "0"), (1, "1"), (2, "2-9"), (10, "10-99"), (100, "100-999"), (1000, ">=1000"))
-COUNT_EDGES = ((0, "0"), (1, "1"), (2, "2-3"), (4, "4-15"), (16, ">=16"))
-ALIGNS = ("1", "2", "4", "8", ">=16")
 SCHEDULES = {0: "off", 1: "low-warps-slow", 2: "high-warps-slow", 3: "random"}  # kernels/perturb.py's numbers
 POSITIONS = {1: "before-load", 2: "load-store"}
 
-# Every feature and its buckets in display order (labels never hold SEP).
-BUCKETS: dict[str, tuple[str, ...]] = {
-    "overlap": ("none", "left", "right", "same"),
-    "shift": ("none",) + tuple(label for _, label in SHIFT_EDGES),
-    "size": tuple(label for _, label in SIZE_EDGES),
-    "aliasing": ("none", "same", "shared"),
-    "chains": ("none", "self", "chain", "swap", "cycle"),
-    "src_align": ALIGNS,
-    "dst_align": ALIGNS,
-    "elem": ("1", "2", "4", "8"),
-    "layout": ("sd", "ds", "temporal", "layer-major", "slot-major"),
-    "padding": ("none", "block", "row", "slot", "layer"),
-    "past_2gib": ("no", "yes"),
-    "past_2gib_by": ("none", "layer", "slot", "block", "element"),
-    "rows": tuple(label for _, label in COUNT_EDGES),
-    "zero_size": ("no", "yes"),
-    "tiles": tuple(label for _, label in COUNT_EDGES),
-    "decision": ("no-copy", "copy", "self-skip"),
-    "fanout": tuple(label for _, label in COUNT_EDGES),
-    "index_dtype": ("int32", "int64"),
+# The features every example has, whatever its contract, and their buckets in display order.
+GENERIC_BUCKETS: dict[str, tuple[str, ...]] = {
     "perturb": ("none", "warps-only", "delay"),
     "schedule": ("none",) + tuple(SCHEDULES.values()),
     "position": ("none",) + tuple(POSITIONS.values()),
@@ -66,303 +41,61 @@ BUCKETS: dict[str, tuple[str, ...]] = {
     "verdict": ("pass", "mismatch", "race", "oob", "exception", "compile", "fault", "crash", "hang"),
 }
 RACE_AXES = ("shift", "size", "num_warps", "delay_ns")
-# the race map's (shift, size) of an example ride along with its features under these names (not counted,
-# not sent to Hypothesis)
-RACE_SHIFT, RACE_SIZE = "_race_shift", "_race_size"
+
+_merged: tuple[tuple, dict[str, tuple[str, ...]]] = ((), {})
 
 
-def bucket(value: int, edges) -> str:
-    """The label of the last edge at or below `value`."""
-    label = edges[0][1]
-    for low, name in edges:
-        if value >= low:
-            label = name
-    return label
+def buckets() -> dict[str, tuple[str, ...]]:
+    """Every feature and its buckets in display order: every registered contract's ``buckets``, then
+    the generic ones.  A feature several contracts declare gets all their labels, each contract's in
+    its own order (ties: the first contract's first)."""
+    global _merged
+    registered = contracts.registered()
+    key = tuple((name, id(c), id(c.buckets)) for name, c in registered.items())
+    if _merged[0] != key:
+        orders: dict[str, list[tuple[str, ...]]] = {}
+        for c in registered.values():
+            for name, labels in c.buckets.items():
+                orders.setdefault(name, []).append(tuple(labels))
+        for name, labels in GENERIC_BUCKETS.items():
+            orders.setdefault(name, []).append(labels)
+        _merged = (key, {name: _merge(lists) for name, lists in orders.items()})
+    return dict(_merged[1])
 
 
-def align_label(offset: int) -> str:
-    """The largest power of two dividing an arena offset (the arena itself is 64-byte aligned), 16 and up as one."""
-    for a, label in ((16, ">=16"), (8, "8"), (4, "4"), (2, "2")):
-        if offset % a == 0:
-            return label
-    return "1"
+def _merge(orders: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The labels of all `orders`, keeping each one's order where they agree, first seen first."""
+    first = {}
+    for order in orders:
+        for label in order:
+            first.setdefault(label, len(first))
+    after = {label: set() for label in first}  # label -> the labels some order puts before it
+    for order in orders:
+        for i, label in enumerate(order):
+            after[label].update(order[:i])
+    out: list[str] = []
+    left = sorted(first, key=first.get)
+    while left:  # the first-seen label nothing left must precede (or, orders disagreeing, the first left)
+        ready = next((label for label in left if not after[label] & (set(left) - {label})), left[0])
+        out.append(ready)
+        left.remove(ready)
+    return tuple(out)
 
 
-def joined(feature: str, labels) -> str:
-    """Several labels of one feature as one, in bucket order."""
-    seen = set(labels)
-    order = BUCKETS.get(feature, ())
-    known = [label for label in order if label in seen]
-    return SEP.join(known + sorted(seen - set(order)))
+class _Buckets(Mapping):
+    """``buckets()`` as a read-only mapping, built when read (contracts may register late)."""
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        return buckets()[name]
+
+    def __iter__(self):
+        return iter(buckets())
+
+    def __len__(self) -> int:
+        return len(buckets())
 
 
-def labels_of(value: str) -> list[str]:
-    return value.split(SEP) if value else []
-
-
-# ---------------------------------------------------------------- per contract
-def _shift_size(pieces) -> dict[str, str]:
-    """The "shift" and "size" features of every piece (a row, a state of a request, a slot), and the
-    race map's one (shift, size): the tightest overlap's (a self-copy only when nothing else overlaps),
-    or "none" and the largest piece when nothing overlaps.  `pieces` are (overlaps, shift bytes, bytes)."""
-    shifts = [bucket(shift, SHIFT_EDGES) if over else "none" for over, shift, _ in pieces]
-    sizes = [bucket(size, SIZE_EDGES) for _, _, size in pieces]
-    overlapping = sorted((shift == 0, shift, -size) for over, shift, size in pieces if over)
-    if overlapping:
-        _, shift, size = overlapping[0]
-        race = (bucket(shift, SHIFT_EDGES), bucket(-size, SIZE_EDGES))
-    else:
-        race = ("none", bucket(max((size for _, _, size in pieces), default=0), SIZE_EDGES))
-    return {"shift": joined("shift", shifts or ["none"]), "size": joined("size", sizes or ["0"]),
-            RACE_SHIFT: race[0], RACE_SIZE: race[1]}
-
-
-def batch_features(case) -> dict[str, str]:
-    kinds, pieces, src_al, dst_al = [], [], [], []
-    for s, d, n in case.copies:
-        if s == d:
-            kind = "same"
-        elif n > 0 and abs(s - d) < n:
-            kind = "left" if d < s else "right"
-        else:
-            kind = "none"
-        kinds.append(kind)
-        pieces.append((kind != "none", abs(s - d), n))
-        src_al.append(align_label(s))
-        dst_al.append(align_label(d))
-    return {"overlap": joined("overlap", kinds), **_shift_size(pieces),
-            "src_align": joined("src_align", src_al), "dst_align": joined("dst_align", dst_al),
-            "rows": bucket(len(case.copies), COUNT_EDGES),
-            "zero_size": "yes" if any(n == 0 for _, _, n in case.copies) else "no"}
-
-
-def _pool_requests(case) -> list[tuple[int, int, int, int]]:
-    """(request, src_col, dst_col, bias) of every request that copies."""
-    if case.contract == "postprocess":
-        from mambafuzz.oracle import decide
-
-        d = decide(case.num_computed, case.num_scheduled, case.num_draft, case.num_accepted, case.state_idx,
-                   case.block_size)
-        return [(r, int(d.src_col[r]), int(d.dst_col[r]), int(d.bias[r])) for r in range(len(d)) if d.do_copy[r]]
-    return [(r, s, d, b) for r, (s, d, b) in enumerate(zip(case.src_cols, case.dst_cols, case.biases))]
-
-
-def _pool_copy(pool, table_row, src_col, dst_col, bias):
-    """(overlap kind, shift bytes, bytes moved, src offset, dst offset) of one state of one request, or None
-    when a column is outside the table (the oracle rejects such a case)."""
-    cols = len(table_row)
-    read_col = src_col + (0 if pool.is_conv else bias)
-    if not (0 <= read_col < cols and 0 <= dst_col < cols):
-        return None
-    src_block, dst_block = table_row[read_col], table_row[dst_col]
-    src = pool.offset + src_block * pool.block_stride
-    dst = pool.offset + dst_block * pool.block_stride
-    if not pool.is_conv:
-        return ("same" if src_block == dst_block else "none"), 0, pool.data_bytes, src, dst
-    kept = max(0, pool.state_len - bias)
-    rows = pool.dim if pool.kind == "conv_ds" else 1
-    moved = kept * pool.token_bytes * rows
-    shift = bias * pool.token_bytes
-    if src_block != dst_block or kept == 0:
-        kind = "none"
-    else:
-        kind = "left" if bias else "same"
-    return kind, shift, moved, src + shift, dst
-
-
-def _pool_align(pool, offset: int) -> str:
-    """Alignment of every row a copy touches (DS rows are row_stride apart)."""
-    if pool.kind == "conv_ds" and pool.dim > 1:
-        return align_label(offset | pool.row_stride_eff)
-    return align_label(offset)
-
-
-_KIND_LABEL = {"conv_sd": "sd", "conv_ds": "ds", "temporal": "temporal"}
-
-
-def pool_features(case) -> dict[str, str]:
-    kinds, pieces, src_al, dst_al, aliasing = [], [], [], [], set()
-    tables = case.block_tables
-    for r, src_col, dst_col, bias in _pool_requests(case):
-        for pool in case.pools:
-            if not 0 <= pool.group < len(tables) or r >= len(tables[pool.group]):
-                continue
-            got = _pool_copy(pool, tables[pool.group][r], src_col, dst_col, bias)
-            if got is None:
-                continue
-            kind, shift, moved, src, dst = got
-            kinds.append(kind)
-            pieces.append((kind != "none", shift, moved))
-            src_al.append(_pool_align(pool, src))
-            dst_al.append(_pool_align(pool, dst))
-            if kind != "none":
-                aliasing.add("same")
-    for table in tables:  # a physical block in two requests' rows (prefix caching)
-        owners: dict[int, int] = {}
-        for r, row in enumerate(table):
-            for b in set(row):
-                if owners.setdefault(b, r) != r:
-                    aliasing.add("shared")
-    padding = set()
-    for p in case.pools:
-        if p.block_stride > p.data_bytes:
-            padding.add("block")
-        if p.kind == "conv_ds" and p.row_stride_eff > p.state_len * p.elem_size:
-            padding.add("row")
-    out = {"overlap": joined("overlap", kinds or ["none"]), **_shift_size(pieces),
-           "aliasing": joined("aliasing", aliasing or ["none"]),
-           "src_align": joined("src_align", src_al), "dst_align": joined("dst_align", dst_al),
-           "elem": joined("elem", [str(p.elem_size) for p in case.pools]),
-           "layout": joined("layout", [_KIND_LABEL.get(p.kind, p.kind) for p in case.pools]),
-           "padding": joined("padding", padding or ["none"]),
-           "past_2gib": "yes" if _pools_past_2gib(case) else "no",
-           "past_2gib_by": joined("past_2gib_by", _pool_terms(case)),
-           "tiles": bucket(case.num_tiles, COUNT_EDGES)}
-    if case.contract == "postprocess":
-        from mambafuzz.oracle import decide
-
-        d = decide(case.num_computed, case.num_scheduled, case.num_draft, case.num_accepted, case.state_idx,
-                   case.block_size)
-        out["decision"] = joined("decision", ["self-skip" if d.self_copy_skip[r] else "copy" if d.do_copy[r]
-                                              else "no-copy" for r in range(len(d))])
-    return out
-
-
-def _pool_terms(case) -> list[str]:
-    """Which address term of a block some copying request reads or writes reaches 2 GiB: block (block
-    id x block stride), element (the block's offset below 2 GiB, one of its elements' at or past it)."""
-    terms = set()
-    tables = case.block_tables
-    for r, src_col, dst_col, bias in _pool_requests(case):
-        for pool in case.pools:
-            if not 0 <= pool.group < len(tables) or r >= len(tables[pool.group]):
-                continue
-            row = tables[pool.group][r]
-            for col in (src_col, src_col + (0 if pool.is_conv else bias), dst_col):
-                if not 0 <= col < len(row):
-                    continue
-                start = row[col] * pool.block_stride
-                if start >= HUGE:
-                    terms.add("block")
-                elif start + pool.data_bytes - pool.elem_size >= HUGE:
-                    terms.add("element")
-    return sorted(terms) or ["none"]
-
-
-def _pools_past_2gib(case) -> bool:
-    """Whether a block some table names starts at or past 2 GiB."""
-    for pool in case.pools:
-        if pool.group < len(case.block_tables):
-            top = max((b for row in case.block_tables[pool.group] for b in row), default=0)
-            if pool.offset + top * pool.block_stride >= HUGE:
-                return True
-    return False
-
-
-def _chain_labels(src, children) -> list[str]:
-    """Per pair: self (copies a slot onto itself), chain (reads another pair's destination), none; plus
-    swap / cycle for each cycle of pairs (a slot graph src -> dst that comes back)."""
-    written = {}
-    for i, row in enumerate(children):
-        for d in row:
-            written.setdefault(d, i)
-    labels = []
-    for i, (s, row) in enumerate(zip(src, children)):
-        if s in row:
-            labels.append("self")
-        elif s in written and written[s] != i:
-            labels.append("chain")
-        else:
-            labels.append("none")
-    # pair i -> pair j when j reads a slot i writes; a cycle through k >= 2 pairs is a swap (2) or cycle
-    reads = {}
-    for j, s in enumerate(src):
-        reads.setdefault(s, []).append(j)
-    succ = {i: {j for d in row for j in reads.get(d, ()) if j != i} for i, row in enumerate(children)}
-    for start in range(len(src)):
-        length = _cycle_through(start, succ)
-        if length == 2:
-            labels.append("swap")
-        elif length > 2:
-            labels.append("cycle")
-    return labels
-
-
-def _cycle_through(start: int, succ: dict) -> int:
-    """Length of the shortest cycle of pairs through `start` (0: none), breadth-first."""
-    depth = {start: 0}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for i in frontier:
-            for j in succ.get(i, ()):
-                if j == start:
-                    return depth[i] + 1
-                if j not in depth:
-                    depth[j] = depth[i] + 1
-                    nxt.append(j)
-        frontier = nxt
-    return 0
-
-
-def _slot_align(buf, slot: int) -> str:
-    offset = buf.offset + slot * buf.slot_stride
-    if buf.layers > 1:
-        offset |= buf.layer_stride
-    return align_label(offset)
-
-
-def _slot_terms(buf, top: int) -> list[str]:
-    """Which address term of a copied element of `buf` (named slots up to `top`) reaches 2 GiB: layer
-    (layer x layer stride), slot (slot x slot stride), element (its whole offset from the buffer's
-    base, when neither term alone does)."""
-    layer, slot = (buf.layers - 1) * buf.layer_stride, top * buf.slot_stride
-    terms = [name for name, offset in (("layer", layer), ("slot", slot)) if offset >= HUGE]
-    if not terms and layer + slot + buf.slot_bytes - buf.elem_size >= HUGE:
-        terms.append("element")
-    return terms
-
-
-def slot_features(case) -> dict[str, str]:
-    src, children = case.src_idx, case.children
-    chains = _chain_labels(src, children)
-    padding, layout, src_al, dst_al = set(), [], [], []
-    past, terms = False, []
-    named = set(src) | {d for row in children for d in row}
-    for buf in case.buffers:
-        major = "layer-major" if buf.layer_major else "slot-major"
-        layout.append(major)
-        if major == "layer-major":
-            slot_min, layer_min = buf.slot_bytes, buf.slots * buf.slot_stride
-        else:
-            slot_min, layer_min = buf.layers * buf.layer_stride, buf.slot_bytes
-        if buf.slot_stride > slot_min:
-            padding.add("slot")
-        if buf.layer_stride > layer_min:
-            padding.add("layer")
-        src_al += [_slot_align(buf, s) for s in src]
-        dst_al += [_slot_align(buf, d) for row in children for d in row]
-        if named:
-            top = max(named)
-            past |= buf.offset + (buf.layers - 1) * buf.layer_stride + top * buf.slot_stride + buf.slot_bytes > HUGE
-            terms += _slot_terms(buf, top)
-    pieces = [(s in row, 0, b.slot_bytes) for s, row in zip(src, children) for b in case.buffers]
-    out = {"overlap": joined("overlap", ["same" if over else "none" for over, _, _ in pieces] or ["none"]),
-           **_shift_size(pieces), "chains": joined("chains", chains), "src_align": joined("src_align", src_al),
-           "dst_align": joined("dst_align", dst_al),
-           "elem": joined("elem", [str(b.elem_size) for b in case.buffers]), "layout": joined("layout", layout),
-           "padding": joined("padding", padding or ["none"]), "past_2gib": "yes" if past else "no",
-           "past_2gib_by": joined("past_2gib_by", terms or ["none"]), "index_dtype": case.index_dtype,
-           "rows": bucket(len(src), COUNT_EDGES)}
-    if case.contract == "slot_fork":
-        out["fanout"] = bucket(max((len(row) for row in children), default=0), COUNT_EDGES)
-    return out
-
-
-BY_CONTRACT: dict[str, Callable[[Any], dict[str, str]]] = {
-    "batch_memcpy": batch_features, "state_copy": pool_features, "postprocess": pool_features,
-    "slot_copy": slot_features, "slot_fork": slot_features,
-}
+BUCKETS: Mapping[str, tuple[str, ...]] = _Buckets()
 
 
 def perturb_features(perturb) -> dict[str, str]:
@@ -381,21 +114,13 @@ def verdict_features(verdict) -> dict[str, str]:
 
 
 def features(case, verdict=None) -> dict[str, str]:
-    """{feature: bucket label} of one example (`verdict` adds the verdict and the repetitions).
-
-    A contract without a table here may define ``features(case)`` on its Contract.
-    """
+    """{feature: bucket label} of one example (`verdict` adds the verdict and the repetitions)."""
     return {k: v for k, v in _features(case, verdict).items() if not k.startswith("_")}
 
 
 def _features(case, verdict=None) -> dict[str, str]:
     """features() with the race map's (shift, size) under RACE_SHIFT / RACE_SIZE."""
-    own = BY_CONTRACT.get(case.contract)
-    if own is None:
-        from mambafuzz import contracts
-
-        own = getattr(contracts.registered().get(case.contract), "features", None) or (lambda c: {})
-    out = dict(own(case))
+    out = dict(contracts.of(case).features(case))
     out.update(perturb_features(getattr(case, "perturb", None)))
     if verdict is not None:
         out.update(verdict_features(verdict))
@@ -403,47 +128,10 @@ def _features(case, verdict=None) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- what a run should draw
-_SHIFTS_BATCH = ("none", "0", "1", "2-3", "4-7", "8-15", "16-63")
-
-
 def expected_features(contract: str, *, amplify: bool = False, options: dict | None = None) -> dict[str, tuple]:
-    """The buckets `contract`'s strategy draws under these options, a few hundred examples each.
-
-    Only buckets a run of the default sizes reaches reliably are here: a bucket in this table
-    that a run never drew is a hole in what was tested, not bad luck."""
-    options = options or {}
-    out: dict[str, tuple] = {}
-    if contract == "batch_memcpy":
-        left_only = options.get("overlap") == "left"
-        out = {"overlap": ("none", "left", "same") if left_only else ("none", "left", "right", "same"),
-               "shift": _SHIFTS_BATCH, "size": ("0", "1-7", "8-63", "64-511", "512-4095"),
-               "src_align": ALIGNS, "dst_align": ALIGNS, "rows": ("1", "2-3", "4-15"),
-               "zero_size": ("no", "yes")}
-    elif contract in ("state_copy", "postprocess"):
-        layout = options.get("layout") or "both"
-        layouts = {"both": ("sd", "ds", "temporal"), "sd": ("sd", "temporal"), "ds": ("ds", "temporal")}
-        kinds = layouts.get(layout, layouts["both"])
-        out = {"overlap": ("none", "left", "same"), "aliasing": ("none", "same", "shared"),
-               "layout": kinds, "elem": ("1", "2", "4", "8"),
-               "padding": ("none", "block") + (("row",) if "ds" in kinds else ()),
-               "src_align": ("1", "2", "4", "8", ">=16"), "dst_align": ("1", "2", "4", "8", ">=16")}
-        out["past_2gib_by"] = ("none", "block", "element")
-        if contract == "state_copy":
-            out["past_2gib"] = ("no", "yes")
-            if options.get("tiles") in (None, "drawn"):
-                out["tiles"] = ("1", "2-3", "4-15", ">=16")
-        else:
-            out["decision"] = ("no-copy", "copy", "self-skip")
-            out["tiles"] = ("1", "2-3", "4-15", ">=16")
-    elif contract in ("slot_copy", "slot_fork"):
-        chains = options.get("chains") or "allowed"
-        out = {"chains": ("none", "self", "chain", "swap") if chains == "allowed" else ("none",),
-               "overlap": ("none", "same") if chains == "allowed" else ("none",),
-               "layout": ("layer-major", "slot-major"), "elem": ("1", "2", "4", "8"),
-               "padding": ("none", "slot", "layer"), "past_2gib": ("no", "yes"),
-               "past_2gib_by": ("none", "layer", "slot", "element"), "index_dtype": ("int32", "int64")}
-        if contract == "slot_fork":
-            out["fanout"] = ("1", "2-3", "4-15")
+    """The buckets `contract`'s strategy draws under these options, a few hundred examples each
+    (``Contract.expected_features``), and the perturbation's under an amplifying profile."""
+    out = dict(contracts.get(contract).expected_features(options or {}))
     if amplify:
         out.update({"perturb": ("none", "warps-only", "delay"), "schedule": tuple(SCHEDULES.values())[1:],
                     "position": tuple(POSITIONS.values()), "num_warps": ("4", "8"),
@@ -558,9 +246,9 @@ class Tally:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON report's ``coverage``, ``race_map`` and ``timeline`` keys (never_drawn is derived)."""
+        every = buckets()
         order = lambda name, counts: sorted(counts, key=lambda label: (  # noqa: E731
-            BUCKETS.get(name, ()).index(label) if label in BUCKETS.get(name, ()) else len(BUCKETS.get(name, ())),
-            label))
+            every.get(name, ()).index(label) if label in every.get(name, ()) else len(every.get(name, ())), label))
         coverage = {"examples": self.examples,
                     "features": {name: {label: counts[label] for label in order(name, counts)}
                                  for name, counts in self.counts.items()},

@@ -43,9 +43,12 @@ from mambafuzz import findings
 from mambafuzz.search import features
 from mambafuzz.search import flaky
 from mambafuzz.run import interrupt
+from mambafuzz.run.clock import Deadline
+from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts.cases import Case
 from mambafuzz.judge.engine import Verdict, run_case
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
+from mambafuzz.search import cross
 from mambafuzz.search.reduce import reduce_case, same_value_only
 
 CHUNK = 20
@@ -154,8 +157,7 @@ class FuzzOptions:
     reps: int = 1
     max_examples: int = 100
     min_examples: int = 1
-    time_budget: float | None = None     # seconds for this target, shrinking included
-    deadline: float | None = None        # end of this target's share on time.monotonic() (runner.Deadline)
+    deadline: Deadline = Deadline()      # this target's time, shrinking included (started when it starts)
     shrink_budget: float = 60.0
     seed: int | None = None
     database: ExampleDatabase | str | None = ".mambafuzz/examples"
@@ -230,7 +232,7 @@ def _database(db) -> ExampleDatabase | None:
     return DirectoryBasedExampleDatabase(str(db))
 
 
-def _write_error(opts: FuzzOptions, target_name: str, exc: InternalError) -> str:
+def write_error(opts: FuzzOptions, target_name: str, exc: InternalError) -> str:
     """Put an internal error's traceback in a file; return the one line that points at it."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(opts.errors_dir) / f"{stamp}-{re.sub(r'[^A-Za-z0-9._-]', '_', target_name)}.txt"
@@ -430,16 +432,13 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
     again over ``flaky.CONFIRM_REPS`` repetitions, so the finding reports the
     rate it was found at (``found_rate``) and the rate of what it hands over.
     """
-    from mambafuzz.contracts import case_from_json
-    from mambafuzz.search.cross import WITNESSED, cpu_witness
-
     report = best.report
     left = (end - time.monotonic()) if end is not None else opts.witness_seconds
     if opts.witness and left > 5:
         seconds = min(opts.witness_seconds, left)
-        witness = cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6)
+        witness = cross.cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6)
         best.witness = witness
-        if witness.status == WITNESSED and witness.cpu_case is not None:
+        if witness.status == cross.WITNESSED and witness.cpu_case is not None:
             smaller = case_from_json(witness.cpu_case)
             if getattr(best.case, "perturb", None) is not None:
                 smaller = smaller.with_perturb(best.case.perturb)
@@ -469,32 +468,21 @@ def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, until: fl
     return flaky.merge(copy.copy(verdict), more)
 
 
-def _end_time(opts: FuzzOptions, start: float) -> float | None:
-    """This target's end on the monotonic clock: its own budget, capped by its share's end."""
-    ends = []
-    if opts.time_budget:
-        ends.append(start + opts.time_budget)
-    if opts.deadline is not None:
-        ends.append(opts.deadline)
-    return min(ends) if ends else None
-
-
 def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], None] | None = None,
                 before_case: Callable[[Case], None] | None = None,
                 on_finding: Callable[[findings.Finding], None] | None = None) -> TargetReport:
     """Fuzz one target until a finding, the example count, the time budget or a stop signal."""
     report = TargetReport(target.name, target.contract, min_examples=min(opts.min_examples, opts.max_examples))
     start = time.monotonic()
-    end = _end_time(opts, start)
+    end = opts.deadline.started().end  # on time.monotonic(), like every `end` and `until` below
     if end is not None and end <= start:
         report.detail = "not run: its share of --time had ended when it was to start"
         report.finished = True
         return report
-    strategy = strategies.for_contract(target.contract, profile=opts.profile,
-                                       **{**opts.contract_options, "overlap": target.overlap})
+    options = {**opts.contract_options, "overlap": target.overlap, **getattr(target, "options", {})}
+    strategy = strategies.for_contract(target.contract, profile=opts.profile, **options)
     best = _Best(target, opts, report, start, on_finding)
-    report.tally.expect(target.contract, profile=opts.profile, device=opts.device,
-                        options={**opts.contract_options, "overlap": target.overlap})
+    report.tally.expect(target.contract, profile=opts.profile, device=opts.device, options=options)
 
     def shrink_end() -> float:
         limit = best.first_at + opts.shrink_budget
@@ -531,7 +519,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             _note_fault(opts, report, None)  # on cuda the context may be what broke: start afresh
             if shrinking:
                 return
-            raise _Stop("internal-error", _write_error(opts, target.name, exc)) from None
+            raise _Stop("internal-error", write_error(opts, target.name, exc)) from None
         _note_fault(opts, report, verdict)
         _note_instrumented(report, verdict)
         report.examples += 1

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from mambafuzz import contracts
+
 from .batch import batch_copy_cases, copy_rows, layout_rows
 from .pools import align_requests, block_tables, pool_shapes, postprocess_cases, state_copy_cases
 from .perturb import perturbs
@@ -43,7 +45,6 @@ def postprocesses(profile: Profile | str = CPU) -> st.SearchStrategy:
 
 def for_contract(contract: str, *, profile: Profile = CPU, **options) -> st.SearchStrategy:
     """The case strategy of a contract (``mambafuzz.contracts``), with its options (overlap='left', ...)."""
-    from mambafuzz import contracts
     return contracts.get(contract).strategy(profile, **options)
 
 

@@ -1,5 +1,13 @@
-"""The house: one import name, dependency rules, and no folder that shadows a module."""
+"""The house: one import name, dependency rules, no folder that shadows a module, a small root, no
+import circle, no private name across modules, and contract names only where contracts live.
+
+The source checks parse the package with ``ast`` (nothing is imported): an import anywhere in a
+module, inside a function too, is an edge to the module it names (``from p import name`` names
+``p.name`` when that is a module, else ``p``); a package's ``__init__`` is a module of its own.
+"""
+import ast
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -8,12 +16,213 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "mambafuzz"
+MAX_ROOT_MODULES = 8
+CONTRACT_ROOMS = ("contracts", "oracle", "strategies", "kernels")  # where a contract's name may appear
 
 
 def _run(code: str, **env_extra) -> subprocess.CompletedProcess:
     env = {**os.environ, "TRITON_INTERPRET": "1", **env_extra}
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its ``__init__``)."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _imports(name: str, modules: dict[str, Path]):
+    """The module's tree and its imports of mambafuzz: (line, module imported, the name taken from it
+    or None when a module is taken, the local name bound, the module that name is)."""
+    path = modules[name]
+    tree = ast.parse(path.read_text(), str(path))
+    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, None, a.asname or "mambafuzz", a.name if a.asname else "mambafuzz")
+                      for a in node.names if a.name.partition(".")[0] == "mambafuzz"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")[:len(here.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.partition(".")[0] != "mambafuzz":
+                continue
+            for a in node.names:
+                sub = f"{source}.{a.name}"
+                is_module = sub in modules or (PACKAGE.parent / sub.replace(".", "/")).is_dir()
+                found.append((node.lineno, sub, None, a.asname or a.name, sub) if is_module
+                             else (node.lineno, source, a.name, a.asname or a.name, None))
+    return tree, found
+
+
+def _graph() -> dict[str, dict[str, int]]:
+    """module -> {module it imports: first line}, over every import (in functions too)."""
+    modules = _modules()
+    graph = {}
+    for name in modules:
+        _, found = _imports(name, modules)
+        edges = graph[name] = {}
+        for line, mod, *_ in found:
+            if mod in modules and mod != name:
+                edges.setdefault(mod, line)
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One circle per strongly connected group of modules (Tarjan), as a closed path."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    cycles = []
+    for group in groups:  # the shortest way from the group's first module back to it
+        start = min(group)
+        paths, seen = [[start]], {start}
+        while paths:
+            path = paths.pop(0)
+            nxt = [w for w in sorted(graph[path[-1]]) if w in group]
+            if start in nxt:
+                cycles.append(path + [start])
+                break
+            for w in nxt:
+                if w not in seen:
+                    seen.add(w)
+                    paths.append(path + [w])
+    return cycles
+
+
+def _private_uses() -> list[str]:
+    """``from m import _x`` and ``m._x`` reaching into another mambafuzz module, as ``file:line: what``.
+
+    A private module (``oracle/_checks.py``) may be imported by the modules of its own package."""
+    modules = _modules()
+    bad = []
+    for name, path in modules.items():
+        tree, found = _imports(name, modules)
+        where = path.relative_to(ROOT)
+
+        def outside(mod: str) -> str | None:
+            """The first private part of module path `mod` that `name` is not inside of."""
+            parts = mod.split(".")
+            for i, part in enumerate(parts):
+                if _private(part) and not name.startswith(".".join(parts[:i]) + "."):
+                    return part
+            return None
+
+        bound = {}  # local name -> the mambafuzz module it is
+        for line, mod, taken, local, module in found:
+            if taken is not None and _private(taken) and mod != name:
+                bad.append(f"{where}:{line}: from {mod} import {taken}")
+            elif taken is None and outside(mod):
+                bad.append(f"{where}:{line}: import of private module {mod}")
+            if module is not None:
+                bound[local] = module
+        inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or id(node) in inner:  # the whole a.b.c once
+                continue
+            chain, base = [], node
+            while isinstance(base, ast.Attribute):
+                chain.insert(0, base.attr)
+                base = base.value
+            if not isinstance(base, ast.Name) or base.id not in bound:
+                continue
+            mod = bound[base.id]
+            for attr in chain:
+                sub = f"{mod}.{attr}"
+                if sub in modules or (PACKAGE.parent / sub.replace(".", "/")).is_dir():
+                    mod = sub
+                    if outside(mod):
+                        bad.append(f"{where}:{node.lineno}: {base.id}.{'.'.join(chain)} (private module {mod})")
+                        break
+                    continue
+                if _private(attr) and mod != name:
+                    bad.append(f"{where}:{node.lineno}: {mod}.{attr}")
+                break
+    return sorted(set(bad))
+
+
+def test_the_package_root_holds_at_most_8_modules():
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    if len(root) > MAX_ROOT_MODULES:
+        pytest.fail(f"mambafuzz/ holds {len(root)} modules (at most {MAX_ROOT_MODULES}): {', '.join(root)}; "
+                    f"move one into the folder of its job", pytrace=False)
+
+
+def test_no_import_circle_between_modules_of_the_package():
+    graph = _graph()
+    circles = [" -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}"
+               for c in _cycles(graph)]
+    if circles:
+        pytest.fail("import circle(s) between modules of mambafuzz (line: where a module imports the next):\n" + "\n".join(circles), pytrace=False)
+
+
+def test_no_private_name_is_used_across_modules():
+    """What another module needs is public in its own: no ``from m import _x``, no ``m._x``."""
+    bad = _private_uses()
+    if bad:
+        pytest.fail("private names used from another module (make them public there):\n" + "\n".join(bad),
+                    pytrace=False)
+
+
+def test_a_contracts_name_appears_only_where_contracts_live():
+    """A contract is one room: its name (as a word, in code, strings or comments) appears under
+    mambafuzz/ only in contracts/, oracle/, strategies/ and kernels/."""
+    from mambafuzz import contracts
+
+    names = [m.rpartition(".")[2] for m in contracts.BUILTIN]
+    word = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9_])")
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] in CONTRACT_ROOMS or "__pycache__" in rel.parts:
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            for m in word.finditer(line):
+                bad.append(f"mambafuzz/{rel}:{i}: {m.group(1)}")
+    files = sorted({b.split(":")[0] for b in bad})
+    if bad:
+        rooms = ", ".join(f"{r}/" for r in CONTRACT_ROOMS)
+        pytest.fail(f"contract names outside {rooms}: still to fix in {', '.join(files)}\n"
+                    + "\n".join(bad), pytrace=False)
 
 
 def test_a_built_wheel_holds_only_the_mambafuzz_package(tmp_path):
@@ -69,11 +278,11 @@ def test_the_meta_table_layout_is_the_one_the_kernels_read():
         assert getattr(kernels, f"META_{name}") == i, name
 
 
-@pytest.mark.parametrize("name", ["batch_memcpy", "state_copy", "postprocess"])
+@pytest.mark.parametrize("name", ["batch_memcpy", "state_copy", "postprocess", "slot_copy", "slot_fork"])
 def test_each_contract_is_defined_in_its_own_module(name):
     from mambafuzz import contracts
 
     contract = contracts.get(name)
-    assert contract.case_type.__module__ == f"mambafuzz.contracts.{name}"
+    assert contract.case_type.__module__ == f"mambafuzz.contracts.cases.{name}"
     assert type(contract).__module__ == f"mambafuzz.contracts.{name}"
     assert contract.positional and all(a.dtype for a in contract.arguments)

@@ -211,19 +211,20 @@ def test_a_short_time_is_fuzzing_time_not_start_up(workdir):
 
 
 def test_a_deadline_shares_what_is_left_and_says_truly_why_a_target_did_not_run():
-    from mambafuzz.run.runner import Deadline
+    from mambafuzz.run.clock import Deadline
 
     unlimited = Deadline()
-    assert unlimited.started() == unlimited and unlimited.share_end(3) is None and not unlimited.over()
+    assert unlimited.started() == unlimited and unlimited.share(3) == Deadline() and not unlimited.over()
     waiting = Deadline(30.0)
-    assert waiting.end is None and waiting.share_end(3) is None  # its clock starts when fuzzing can
+    assert waiting.end is None and waiting.share(3) == Deadline()  # its clock starts when fuzzing can
     before = time.monotonic()
     deadline = waiting.started()
     assert before + 30 <= deadline.end <= time.monotonic() + 30
     assert deadline.started() == deadline  # once fixed, every worker gets the same end
-    share = deadline.share_end(3) - time.monotonic()
-    assert 9.9 <= share <= 10.0  # an equal part of what is left, the target itself included
+    share = deadline.share(3)
+    assert 9.9 <= share.end - time.monotonic() <= 10.0  # an equal part of what is left, the target included
+    assert 9.9 <= share.seconds <= 10.0 and share.started() == share  # started: fuzz_target keeps its end
     assert not deadline.over() and Deadline(1.0, end=time.monotonic() - 1).over()
-    assert Deadline(1.0, end=time.monotonic() - 1).share_end(2) <= time.monotonic()  # ends now, not before
+    assert Deadline(1.0, end=time.monotonic() - 1).share(2).end <= time.monotonic()  # ends now, not before
     assert deadline.not_run(2) == "not run: --time (30 s) ran out while the 2 target(s) before it ran"
     assert deadline.not_run(0) == "not run: --time (30 s) ran out before its turn"

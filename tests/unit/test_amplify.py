@@ -94,7 +94,7 @@ def test_no_delay_compiles_the_unperturbed_kernel():
 
 def test_the_runtime_word_packs_delay_schedule_and_seed():
     """One compiled kernel per position and warp count: the rest is a runtime int64, decoded in
-    ``kernels.copy._perturb`` with the same shifts."""
+    ``kernels.copy.warp_delay`` with the same shifts."""
     from mambafuzz.kernels.perturb import MAX_DELAY_NS, MAX_SEED
     for p in (Perturb(1, 1, 1, 0, 4), Perturb(2, MAX_DELAY_NS, 3, MAX_SEED, 16), Perturb(1, 8000, 2, 12345, 8)):
         w = p.word()

@@ -13,6 +13,7 @@ import pytest
 from mambafuzz.kernels import registry
 from mambafuzz import findings
 from mambafuzz.judge.engine import run_case
+from mambafuzz.run.clock import Deadline
 from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.judge.materialize import fill_bytes, materialize
 from mambafuzz.findings.replay import replay
@@ -158,7 +159,7 @@ def test_ctrl_c_keeps_what_was_found(tmp_path):
 def test_time_budget_stops_the_session(tmp_path):
     target = registry.get("torch.batch_memcpy")
     start = time.monotonic()
-    report = fuzz_target(target, _opts(tmp_path, max_examples=100_000, time_budget=2.0, mode="compare"))
+    report = fuzz_target(target, _opts(tmp_path, max_examples=100_000, deadline=Deadline(2.0), mode="compare"))
     assert report.finding is None and report.examples > 0
     assert time.monotonic() - start < 15
 
@@ -287,6 +288,6 @@ def test_a_slow_kernel_costs_one_repetition_past_the_share_not_the_batch(tmp_pat
     target = Target(name="test.slow", contract="batch_memcpy", kind="user", overlap="full", description="slow",
                     fn=slow)
     t0 = time.monotonic()
-    report = fuzz_target(target, _opts(tmp_path, mode="compare", reps=20, time_budget=3.0, max_examples=1000))
+    report = fuzz_target(target, _opts(tmp_path, mode="compare", reps=20, deadline=Deadline(3.0), max_examples=1000))
     assert report.finding is None and report.examples >= 1
     assert time.monotonic() - t0 < 5.5

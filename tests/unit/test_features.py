@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mambafuzz import contracts
 from mambafuzz.search import features
 from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.contracts.cases.postprocess import PostprocessCase
@@ -280,14 +281,35 @@ def test_features_reach_hypothesis_observability_records(tmp_path):
 def test_every_drawn_case_has_labels_from_the_bucket_lists(contract):
     from mambafuzz import strategies
 
+    own = {**contracts.get(contract).buckets, **features.GENERIC_BUCKETS}
+
     @settings(max_examples=25, database=None, deadline=None)
     @given(strategies.for_contract(contract, profile=GPU_AMP))
     def body(case):
         for name, value in feats(case, Verdict(reps=3, failures=1, mode="compare")).items():
             for label in features.labels_of(value):
+                assert label in own[name], (name, label)  # the contract declares what it draws
                 assert label in features.BUCKETS[name], (name, label)
 
     body()
+
+
+def test_the_buckets_are_every_contracts_merged_each_in_its_own_order():
+    every = features.buckets()
+    for contract in contracts.registered().values():
+        for name, labels in contract.buckets.items():
+            assert [label for label in every[name] if label in labels] == list(labels), (contract.name, name)
+    assert dict(features.BUCKETS) == every and every["verdict"] == features.GENERIC_BUCKETS["verdict"]
+    assert features._merge([("none", "block", "element"), ("none", "layer", "slot", "element")]) == \
+        ("none", "block", "layer", "slot", "element")
+    assert features._merge([("a", "b"), ("b", "a")]) == ("a", "b")  # orders that disagree: first seen first
+
+
+def test_coverage_knows_no_contract_by_name():
+    import inspect
+
+    source = inspect.getsource(features)
+    assert not [name for name in contracts.names() if name in source]
 
 
 # ---------------------------------------------------------------- which address term passes 2 GiB

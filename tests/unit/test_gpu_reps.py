@@ -103,7 +103,7 @@ def restored(m):
     if m.positions is None:
         return np.array_equal(m.arena.cpu().numpy(), m.snapshot)
     live = m.positions >= 0
-    return np.array_equal(m.arena[m._positions].cpu().numpy(), m.snapshot[live])
+    return np.array_equal(m.arena[m.device_positions].cpu().numpy(), m.snapshot[live])
 
 
 def test_environment_switches(monkeypatch):
