@@ -30,6 +30,7 @@ BUILTIN = (
     "mambafuzz.contracts.slot_copy",
     "mambafuzz.contracts.slot_fork",
     "mambafuzz.contracts.conv_update",
+    "mambafuzz.contracts.state_scatter",
 )
 ENTRY_POINTS = "mambafuzz.contracts"
 

@@ -358,6 +358,9 @@ def load(path: Path) -> CrashRecord:
     _check_fields(path, body)
     try:
         contracts.import_origin(body.get("contract_origin"))  # a user's contract registers on import
+        if body["contract"] not in contracts.names():
+            raise CaseError(f"field 'contract': unknown contract {body['contract']!r} "
+                            f"(known: {', '.join(contracts.names())})")
         case = case_from_json(body["case"])
     except CaseError as exc:
         raise CrashFileError(f"{path}: {exc}") from None

@@ -26,6 +26,7 @@ from . import conv_update as _cu
 from . import postprocess as _pp
 from . import slots as _sl
 from . import state_copy as _sc
+from . import state_scatter as _st
 from . import torch_path as _tp
 from .zoo import ZOO
 
@@ -213,7 +214,7 @@ def _register_builtins():
 
 # Kernel modules that declare their targets: CONTRACT (its name), DESCRIPTION, contract_fn(variant), torch_fn.
 # Their kernels take no perturb= (on a GPU, mambafuzz.instrument adds warp delays as to a user's).
-_DECLARING = (_cu,)
+_DECLARING = (_cu, _st)
 
 
 def _register_declared():

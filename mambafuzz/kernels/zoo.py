@@ -217,6 +217,22 @@ ZOO = (
         "conv_update(variant='CU-I32'): (slot.to(int32) * stride.to(int32))",
         "wrong or out of bounds when a named slot starts past 2 GiB",
         cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+    # the commit scatter after verification (SPEC 2.7.2)
+    ZooEntry(
+        "SS-WW", "state_scatter", "wrong + racy",
+        "scatter with two valid rows on one slot: the step mask ignored (-1 clamped to 0), so a skipped row "
+        "writes its slot too, another row's (the race of SGLang's accept/track multi scatter)",
+        "state_scatter(variant='SS-WW'): step = max(step, 0) before the valid-row test",
+        "race when the skipped row's slot is a valid row's (two programs store it); wrong bytes when "
+        "the slot is its own or the skipped row runs last",
+        cpu=("race", "mismatch"), gpu=("mismatch",)),
+    ZooEntry(
+        "SS-FREED0", "state_scatter", "wrong",
+        "a freed row's destination defaulting to slot 0, which another row owns (SGLang #29449)",
+        "state_scatter(variant='SS-FREED0'): dst = max(dst, 0)",
+        "wrong when a row with a dst of -1 has a step in range: slot 0 gets its state (a race as well "
+        "when a valid row writes slot 0)",
+        cpu=("mismatch", "race"), gpu=("mismatch",)),
 )
 
 BY_ID = {e.id: e for e in ZOO}

@@ -11,6 +11,7 @@ from .state_copy import apply_state_copy, expect_state_copies
 from .align import AlignDecision, decide, expect_postprocess
 from .slots import (SlotBuffer, SlotConflict, chained_pairs, check_slots, expect_slot_copy, expect_slot_fork,
                     find_slot_conflict)
+from .state_scatter import IllPosedScatter, StepStates, check_state_scatter, expect_state_scatter, plan_state_scatter
 
 __all__ = [
     "OracleError", "IllPosedBatch",
@@ -20,4 +21,5 @@ __all__ = [
     "AlignDecision", "decide", "expect_postprocess",
     "SlotBuffer", "SlotConflict", "chained_pairs", "check_slots", "expect_slot_copy", "expect_slot_fork",
     "find_slot_conflict",
+    "IllPosedScatter", "StepStates", "check_state_scatter", "expect_state_scatter", "plan_state_scatter",
 ]

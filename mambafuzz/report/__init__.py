@@ -1,21 +1,30 @@
-"""`mambafuzz report`: one static HTML page from a saved JSON report, a session or crash files.
+"""`mambafuzz report`: one static HTML page from a saved JSON report, a session or crash files; and the
+exit codes every command ends with (``outcome.py``).
 
 ``load`` reads and checks the input (``report/load.py``); ``render`` draws the
 page (``report/render.py``, plotly: the optional extra ``mambafuzz[report]``).
+They load on first use: the CLI imports ``report.outcome`` at start-up, and
+``--help`` needs neither numpy nor the contracts they read.
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
-from mambafuzz.report.load import Report, load
-from mambafuzz.report.render import write
+__all__ = ["Report", "build", "load"]
 
 
-def build(path: Path | str, out: Path | str) -> Report:
+def build(path: Path | str, out: Path | str):
     """Load `path`, write the page to `out`; UsageError (one line) for a bad input or output."""
+    from mambafuzz.report.load import load
+    from mambafuzz.report.render import write
+
     report = load(path)
     write(report, out)
     return report
 
 
-__all__ = ["Report", "build", "load"]
+def __getattr__(name: str):
+    if name in ("Report", "load"):
+        return getattr(importlib.import_module("mambafuzz.report.load"), name)
+    raise AttributeError(f"module 'mambafuzz.report' has no attribute {name!r}")

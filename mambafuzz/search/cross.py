@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from mambafuzz.report.outcome import WORKER_DONE
+
 from mambafuzz.contracts import case_from_json
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.engine import run_case
@@ -165,7 +167,7 @@ def main() -> int:
         witness = Witness(UNAVAILABLE, why=f"internal error in the CPU child: {type(exc).__name__}: {exc}")
     sys.stdout.write(MARKER + json.dumps(witness.to_json()) + "\n")
     sys.stdout.flush()
-    return 0
+    return WORKER_DONE
 
 
 if __name__ == "__main__":

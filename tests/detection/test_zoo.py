@@ -16,7 +16,7 @@ from mambafuzz.report import build
 
 RACY = {"BM-NOGUARD", "SD-SPAN", "DS-ROW", "PP-INPLACE"}  # right bytes in the interpreter: only the recorder sees them
 ZOO_IDS = [e.id for e in zoo.ZOO]
-# the slot contracts' rows are caught and shrunk in test_slots.py, conv_update's in test_conv_update.py
+# the slot contracts' rows are caught and shrunk in test_slots.py, conv_update's and state_scatter's in their own
 POINTER_ZOO_IDS = [e.id for e in zoo.ZOO if e.contract in ("batch_memcpy", "state_copy", "postprocess")]
 
 
@@ -31,7 +31,8 @@ def test_the_zoo_has_every_spec_row():
     assert set(ZOO_IDS) == {"BM-NOGUARD", "BM-RIGHT", "SD-SPAN", "DS-ROW", "DS-CONTIG", "ADDR-I32", "TAIL-DROP",
                             "MISALIGN", "TILE-GAP", "NOOP-SKIP", "PP-INPLACE", "PAD-CLOBBER",
                             "SLOT-CHAIN", "FORK-CHAIN", "SLOT-I32", "SLOT-FLAT", "SLOT-PAD",
-                            "CU-NOCLAMP", "CU-DSTPAD", "CU-PAD0", "CU-NARROW", "CU-COL0", "CU-ROWSTRIDE", "CU-I32"}
+                            "CU-NOCLAMP", "CU-DSTPAD", "CU-PAD0", "CU-NARROW", "CU-COL0", "CU-ROWSTRIDE", "CU-I32",
+                            "SS-WW", "SS-FREED0"}
     for zoo_id in ZOO_IDS:
         assert registry.get(f"zoo.{zoo_id}").zoo_id == zoo_id
 

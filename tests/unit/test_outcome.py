@@ -65,9 +65,7 @@ STATUS_ATTRS = {"exitcode", "returncode"}            # a child process's status,
 ENTRY = ("main", "cmd_")                             # functions whose int return is an exit status (and
 #                                                      any named *exit_code*)
 CODE_NAMES = {"code", "exit_code", "rc"}             # a variable, keyword or JSON key holding one
-KNOWN = {  # (file, function): a literal exit status not yet replaced, with the name that should replace it
-    ("search/cross.py", "main"),  # the CPU witness child's status: outcome.WORKER_DONE (not this task's file)
-}
+KNOWN: set = set()  # (file, function): a literal exit status not yet replaced (none left)
 
 
 def _is_int(node) -> bool:
