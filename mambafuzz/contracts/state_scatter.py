@@ -101,7 +101,7 @@ class StateScatter(Contract):
         "rows": COUNTS, "row_kind": ROW_KINDS, "shared_slot": NO_YES, "slot0": NO_YES,
         "rows_vs_states": ("N<R", "N=R", "N>R"), "window": ("none", "2", "3", "4", "5", "6"),
         "layout": ("layer-major", "slot-major"), "padding": ("none", "slot", "layer"), "states_padding": NO_YES,
-        "elem": ELEMS, "past_2gib": NO_YES, "index_dtype": INDEX_DTYPES,
+        "elem": ELEMS, "past_2gib": NO_YES, "past_2g_elements": NO_YES, "index_dtype": INDEX_DTYPES,
     }
 
     def strategy(self, profile, scatter="both", ill_posed: bool = False, **_):
@@ -325,7 +325,9 @@ class StateScatter(Contract):
             "window": str(case.window) if case.window else "none", "layout": "layer-major" if p.layer_major
             else "slot-major", "padding": joined(padding or ["none"], self.buckets["padding"]),
             "states_padding": "yes" if case.states_pad else "no", "elem": str(p.elem_size),
-            "past_2gib": "yes" if past else "no", "index_dtype": case.index_dtype,
+            "past_2gib": "yes" if past else "no",
+            "past_2g_elements": "yes" if top * (p.slot_stride // p.elem_size) >= HUGE else "no",
+            "index_dtype": case.index_dtype,
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:

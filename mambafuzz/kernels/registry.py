@@ -217,6 +217,9 @@ def _register_builtins():
 _DECLARING = (_cu, _st)
 
 
+DECLARED = tuple(m.CONTRACT for m in _DECLARING)  # their contracts: targets not amplifiable, arena= optional
+
+
 def _register_declared():
     for module in _DECLARING:
         contract = module.CONTRACT

@@ -8,7 +8,8 @@ mask then writes one slot twice); slot 0 is live half the time (a freed row
 defaulting to 0 clobbers it).  Pools are layer- or slot-major with padded
 strides; dense states have padding after each step, window states after each
 channel's run.  One case in ``huge_one_in`` renumbers the highest named slot
-past 2 GiB by its slot number (the strides stay small: a sparse image).
+past 2^31 elements (1- and 2-byte elements) or 2 GiB by its slot number (the
+strides stay small: a sparse image).
 ``ill_posed=True`` gives two valid rows one slot.
 """
 from __future__ import annotations
@@ -110,9 +111,14 @@ def state_scatter_cases(draw, profile: Profile, scatter: str = "both", ill_posed
     huge = draw(st.integers(0, lim["huge_one_in"] - 1)) == lim["huge_one_in"] - 1
     if huge and named:
         slot_stride = _strides(slot_bytes, layers, 1, slot_major, slot_pad, layer_pad)[0]
-        if slot_stride >= 2:  # else the slot number would not fit an int32
+        # past 2^31 elements where the arena allows (a 32-bit slot * stride in elements wraps), else past
+        # 2 GiB of bytes; the slot number must fit an int32
+        reach = HUGE_OFFSET * elem if HUGE_OFFSET * elem + 4 * slot_stride < HUGE_LIMIT else HUGE_OFFSET
+        if reach // slot_stride + 4 >= HUGE_OFFSET:
+            reach = HUGE_OFFSET
+        if reach // slot_stride + 4 < HUGE_OFFSET:
             top = max(named)
-            far = -(-HUGE_OFFSET // slot_stride) + draw(st.integers(0, 2))
+            far = -(-reach // slot_stride) + draw(st.integers(0, 2))
             dst = [far if d == top else d for d in dst]
             slots = slots - top + far
             if not slot_major:

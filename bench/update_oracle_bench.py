@@ -1,0 +1,116 @@
+"""The update contracts' oracles against a plain loop, in one process, and the CPU zoo time of their rows.
+
+For each shape: ``oracle.expect_conv_update`` (numpy over rows, channels and
+taps at once) against the same step written as plain loops over rows, tokens,
+channels and taps (numpy scalars), on the same pool and inputs; the two must
+agree.  Then ``mambafuzz zoo --device cpu`` on the contract's rows, timed.
+
+    python bench/update_oracle_bench.py --out bench/results/update_oracle.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mambafuzz.oracle.conv_update import expect_conv_update  # noqa: E402
+
+SHAPES = [  # (rows, dim, tokens, width, spec)
+    (8, 64, 1, 4, False), (64, 1024, 1, 4, False), (256, 1024, 4, 4, True), (256, 4096, 1, 4, False),
+]
+
+
+def loop_conv_update(pool, x_rows, weight, bias, idx, nacc):
+    """The step as plain loops (the baseline): one output element, one tap at a time."""
+    new = pool.copy()
+    outs = []
+    width = weight.shape[1]
+    for b, x in enumerate(x_rows):
+        src = idx[b][0]
+        off = max(nacc[b] - 1, 0) if nacc is not None else 0
+        dim, length = x.shape
+        out = np.zeros((dim, length))
+        for d in range(dim):
+            full = list(pool[src, d, off:off + width - 1]) + list(x[d])
+            for t in range(length):
+                acc = bias[d]
+                for j in range(width):
+                    acc += weight[d, j] * full[t + j]
+                out[d, t] = acc
+            keep = full[-(width - 1):] if nacc is None else full[1:]
+            new[src, d, :len(keep)] = keep
+        outs.append(out)
+    return new, outs
+
+
+def measure(rows, dim, tokens, width, spec, repeat=3):
+    rng = np.random.default_rng(0)
+    state_len = width - 2 + tokens if spec else width - 1
+    pool = rng.standard_normal((rows + 1, dim, state_len))
+    x_rows = [rng.standard_normal((dim, tokens)) for _ in range(rows)]
+    weight, bias = rng.standard_normal((dim, width)), rng.standard_normal(dim)
+    idx = [[b + 1] for b in range(rows)]
+    nacc = [1 + b % tokens for b in range(rows)] if spec else None
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        got = expect_conv_update(pool, x_rows, weight, bias, idx, nacc=nacc)
+        best = min(best, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    new, outs = loop_conv_update(pool, x_rows, weight, bias, idx, nacc)
+    loop = time.perf_counter() - t0
+    assert np.allclose(new, got.pool) and all(np.allclose(o, g) for o, g in zip(outs, got.out))
+    return best, loop
+
+
+def zoo_seconds(pattern: str) -> tuple[float, dict]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("TRITON_INTERPRET", None)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mambafuzz", "zoo", "--device", "cpu", "--seed", "1", "--target",
+                           pattern, "--database", "none", "--crashes-dir", "/tmp/update-oracle-bench-crashes",
+                           "--json"], capture_output=True, text=True, env=env, cwd="/tmp")
+    seconds = time.perf_counter() - t0
+    doc = json.loads(proc.stdout)
+    return seconds, {t["target"]: (t["caught"], t["examples"], round(t["seconds"], 1)) for t in doc["targets"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    lines = [f"# update contracts' oracles ({platform.python_version()}, numpy {np.__version__}, "
+             f"{os.cpu_count()} cores, commit {commit})", "",
+             "| contract | rows | dim | tokens | W | spec | oracle ms | plain loop ms | speed-up |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for rows, dim, tokens, width, spec in SHAPES:
+        fast, loop = measure(rows, dim, tokens, width, spec)
+        lines.append(f"| conv_update | {rows} | {dim} | {tokens} | {width} | {'yes' if spec else 'no'} | "
+                     f"{fast * 1e3:.1f} | {loop * 1e3:.0f} | {loop / fast:.0f}x |")
+        print(lines[-1], flush=True)
+    seconds, rows = zoo_seconds("zoo.CU-*")
+    lines += ["", f"`mambafuzz zoo --device cpu --seed 1 --target 'zoo.CU-*'`: {seconds:.0f} s in all", "",
+              "| row | caught | examples | seconds |", "| --- | --- | ---: | ---: |"]
+    lines += [f"| {name} | {c} | {n} | {s} |" for name, (c, n, s) in rows.items()]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
