@@ -10,6 +10,7 @@ Its first version had no barrier between loading the window and storing the
 slot: the race check flagged lane 1 storing a column lane 0 had loaded, on a
 one-row case, the first example drawn.
 """
+import pytest
 import torch
 import triton
 import triton.language as tl
@@ -88,6 +89,7 @@ def conv_update(x, conv_state, weight, bias, conv_state_indices, num_accepted_to
                                    num_accepted_tokens, pad_slot_id))
 
 
+@pytest.mark.matrix
 def test_the_engine_conv_update_is_right_on_what_it_supports():
     report = mambafuzz.check(conv_update, "conv_update", max_examples=20, database=None)
     assert set(report.tally.rejections) >= {"no varlen batches"}, report.tally.rejections  # counted, not found

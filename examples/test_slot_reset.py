@@ -48,6 +48,7 @@ def _cli(*args, cwd):
                           text=True, timeout=600)
 
 
+@pytest.mark.matrix
 def test_the_cli_fuzzes_the_user_contract_and_replays_its_finding(tmp_path):
     crashes = tmp_path / "crashes"
     common = ["--contract", "slot_reset", "--max-examples", "60", "--seed", "1", "--database", "none",

@@ -26,6 +26,11 @@ def fuzz_options(tmp_path, **kw) -> FuzzOptions:
     return FuzzOptions(**base)
 
 
+def zoo_options(tmp_path, **kw) -> FuzzOptions:
+    """The detection matrix's options: seeded, the race check on, no database, shrinking to its end."""
+    return fuzz_options(tmp_path, **{"max_examples": 300, "seed": 1, "database": None, "crashes_dir": tmp_path, **kw})
+
+
 def python_memmove(src_ptrs, dst_ptrs, sizes, *, arena):
     """A correct user kernel: memmove through a clone."""
     base = arena.data_ptr()

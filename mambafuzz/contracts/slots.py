@@ -46,7 +46,7 @@ CHAINS = CliOption("chains", CHAIN_CHOICES, "allowed",
                    "source); forbidden: your engine never issues them (no slot is both a destination and a source)")
 
 # ---------------------------------------------------------------- the sparse image
-def _window(buf: SlotBuffer) -> int:
+def slot_window(buf: SlotBuffer) -> int:
     """Bytes of each slot the sparse image holds: the data and up to GUARD bytes of padding after it,
     never reaching the next slot's, the next layer's or the footprint's end."""
     w = buf.slot_bytes + GUARD
@@ -69,7 +69,7 @@ def _compact(case: SlotCase, src: np.ndarray, dst: np.ndarray):
         filler = -cursor % 8  # each compact buffer 8-aligned; filler bytes map to no arena byte (-1)
         pieces.append(np.full(filler, -1, dtype=np.int64))
         cursor += filler
-        w = _window(buf)
+        w = slot_window(buf)
         layers = np.arange(buf.layers, dtype=np.int64) * buf.layer_stride
         slots = used * buf.slot_stride
         if buf.layer_major:

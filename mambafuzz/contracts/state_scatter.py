@@ -24,13 +24,14 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+from mambafuzz.contracts.cases.pools import DENSE_LIMIT, MAX_SPARSE_ARENA
 from mambafuzz.contracts.cases.state_scatter import INDEX_DTYPES, StateScatterCase
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle import SlotBuffer, StepStates
 
 from .base import Argument, CliOption, Contract, Image, Output, Prepared, down_to, without
 from .features import COUNT_EDGES, COUNTS, ELEMS, HUGE, NO_YES, bucket, joined
+from .slots import slot_window
 
 SCATTERS = ("both", "dense", "window")
 ROW_KINDS = ("valid", "step<0", "step>=T", "dst<0", "dst>=S", "r>=R")
@@ -48,21 +49,6 @@ def geometry(case: StateScatterCase) -> tuple[SlotBuffer, StepStates]:
     p = case.pool
     return p, StepStates(case.states_offset, p.layers, case.rows, case.steps, p.slot_bytes, p.elem_size,
                          case.states_pad, case.window)
-
-
-def _window(buf: SlotBuffer) -> int:
-    """Bytes of each (layer, slot) the sparse image holds: the data and up to GUARD bytes of padding,
-    never reaching the next slot's, the next layer's or the footprint's end."""
-    w = buf.slot_bytes + GUARD
-    if buf.layer_major:
-        inner_stride, inner_n, outer_stride, outer_n = buf.slot_stride, buf.slots, buf.layer_stride, buf.layers
-    else:
-        inner_stride, inner_n, outer_stride, outer_n = buf.layer_stride, buf.layers, buf.slot_stride, buf.slots
-    if inner_n > 1:
-        w = min(w, inner_stride)
-    if outer_n > 1:
-        w = min(w, outer_stride - (inner_n - 1) * inner_stride)
-    return min(w, buf.nbytes - (buf.layers - 1) * buf.layer_stride - (buf.slots - 1) * buf.slot_stride)
 
 
 def _end(case: StateScatterCase) -> int:
@@ -121,7 +107,7 @@ class StateScatter(Contract):
         if case.arena_size <= DENSE_LIMIT:
             return Image(None, (pool, states, dst))
         used = np.unique(np.concatenate([[0], dst[(dst >= 0) & (dst < pool.slots)]]))
-        w = _window(pool)
+        w = slot_window(pool)
         layer_offsets = np.arange(pool.layers, dtype=np.int64) * pool.layer_stride
         slot_offsets = used * pool.slot_stride
         if pool.layer_major:

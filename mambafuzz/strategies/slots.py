@@ -95,18 +95,22 @@ def _align_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
+def draw_slot_bytes(draw, profile: Profile, elem: int) -> int:
+    """Inside a composite strategy: one slot's data bytes, now and then wide (over several 1 KiB chunks of
+    the kernels), else a product of one or two small extents."""
+    if draw_wide(draw, profile):
+        return draw(st.integers(1024 // elem + 1, max(1024 // elem + 1, profile.wide_bytes // elem))) * elem
+    slot_bytes = elem
+    for d in draw(st.lists(st.integers(1, profile.max_inner), min_size=1, max_size=2)):
+        slot_bytes *= d
+    return slot_bytes
+
+
 @st.composite
 def slot_shape(draw, profile: Profile, layers_max: int) -> dict:
     """One buffer's element size, slot bytes, layer count, order and padding (strides come with the slot count)."""
     elem = draw(st.sampled_from(ELEM_SIZES))
-    if draw_wide(draw, profile):  # a slot over several 1 KiB chunks of the kernels
-        slot_bytes = draw(st.integers(1024 // elem + 1, max(1024 // elem + 1, profile.wide_bytes // elem))) * elem
-    else:
-        dims = draw(st.lists(st.integers(1, profile.max_inner), min_size=1, max_size=2))
-        slot_bytes = elem
-        for d in dims:
-            slot_bytes *= d
-    return {"elem": elem, "slot_bytes": slot_bytes, "layers": draw(st.integers(1, layers_max)),
+    return {"elem": elem, "slot_bytes": draw_slot_bytes(draw, profile, elem), "layers": draw(st.integers(1, layers_max)),
             "slot_major": draw(st.integers(0, 5)) == 5,
             "slot_pad": draw(st.sampled_from([0, 1, 3, 8])) * elem,
             "layer_pad": draw(st.sampled_from([0, 0, 1, 5])) * elem}

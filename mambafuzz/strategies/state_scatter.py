@@ -20,7 +20,8 @@ from mambafuzz.contracts.cases.state_scatter import INDEX_DTYPES, StateScatterCa
 from mambafuzz.oracle import SlotBuffer, StepStates
 
 from .perturb import maybe_perturb
-from .profiles import Profile, draw_wide
+from .profiles import Profile
+from .slots import draw_slot_bytes
 
 ELEM_SIZES = (2, 1, 4, 8)
 # what a row of the indices is; a row at r >= R is "row>=R" whatever it holds
@@ -57,13 +58,7 @@ def state_scatter_cases(draw, profile: Profile, scatter: str = "both", ill_posed
         slot_bytes = draw(st.integers(1, lim["dim"])) * (window - 1) * elem
     else:
         window = 0
-        if draw_wide(draw, profile):  # a state over several blocks of the kernels
-            slot_bytes = draw(st.integers(1024 // elem + 1, max(1024 // elem + 1, profile.wide_bytes // elem))) * elem
-        else:
-            dims = draw(st.lists(st.integers(1, profile.max_inner), min_size=1, max_size=2))
-            slot_bytes = elem
-            for d in dims:
-                slot_bytes *= d
+        slot_bytes = draw_slot_bytes(draw, profile, elem)
     layers = draw(st.integers(1, lim["layers"]))
     rows = draw(st.integers(1, lim["rows"]))
     steps = draw(st.integers(1, lim["steps"]))

@@ -2,17 +2,13 @@
 row; the correct Triton kernel and the torch path clean under the same fuzzing, with the race check on."""
 import pytest
 
+from common import zoo_options
 from mambafuzz.kernels import registry, zoo
-from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.search.fuzz import fuzz_target
 
 ROWS = [e.id for e in zoo.ZOO if e.contract == "conv_update"]
 
 
-def _opts(tmp_path, **kw):
-    base = dict(device="cpu", mode="race", reps=1, max_examples=300, seed=1, database=None, crashes_dir=tmp_path,
-                shrink_budget=300)
-    base.update(kw)
-    return FuzzOptions(**base)
 
 
 def test_the_rows_are_the_bug_classes_engines_shipped():
@@ -23,7 +19,7 @@ def test_the_rows_are_the_bug_classes_engines_shipped():
 @pytest.mark.matrix
 @pytest.mark.parametrize("zoo_id", ROWS)
 def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
-    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), _opts(tmp_path))
+    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path))
     f = report.finding
     assert f is not None, f"{zoo_id} escaped {report.examples} examples"
     assert f.verdict.kind in zoo.entry(zoo_id).caught_as("cpu"), f.verdict.summary()
@@ -32,20 +28,20 @@ def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
 
 
 def test_a_narrow_spec_state_is_caught_quickly(tmp_path):
-    report = fuzz_target(registry.get("zoo.CU-NARROW"), _opts(tmp_path, max_examples=60, shrink_budget=50))
+    report = fuzz_target(registry.get("zoo.CU-NARROW"), zoo_options(tmp_path, max_examples=60, shrink_budget=50))
     assert report.finding is not None and report.finding.verdict.kind == "mismatch"
 
 
 @pytest.mark.matrix
 @pytest.mark.parametrize("name", ["triton.conv_update", "torch.conv_update"])
 def test_correct_kernels_pass_the_same_fuzzing(name, tmp_path):
-    report = fuzz_target(registry.get(name), _opts(tmp_path, max_examples=80))
+    report = fuzz_target(registry.get(name), zoo_options(tmp_path, max_examples=80))
     assert report.finding is None, report.finding.verdict.summary()
     assert report.examples == 80 and not report.rejected
 
 
 def test_the_correct_kernel_is_clean_with_nacc_0_and_pad_0(tmp_path):
-    opts = _opts(tmp_path, max_examples=40, contract_options={"min_accepted": "0", "pad": "0"})
+    opts = zoo_options(tmp_path, max_examples=40, contract_options={"min_accepted": "0", "pad": "0"})
     report = fuzz_target(registry.get("triton.conv_update"), opts)
     assert report.finding is None, report.finding.verdict.summary()
     assert report.examples == 40

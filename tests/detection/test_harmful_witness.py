@@ -75,6 +75,7 @@ def test_the_cpu_witness_child_keeps_a_hazard_that_changes_bytes():
 
 
 @pytest.mark.parametrize("seed", [1, 10])
+@pytest.mark.matrix
 def test_fuzzing_under_chains_shrinks_to_a_hazard_that_changes_bytes(seed, tmp_path):
     """Seed 1: the first failure is same-value only and a larger one that can change bytes replaces
     it; seed 10: a pair dropped from the first failure leaves only a same-value hazard (both shrank to

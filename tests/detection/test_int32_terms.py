@@ -68,6 +68,7 @@ def int32_target():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.matrix
 def test_an_int32_slot_index_kernel_is_found_in_a_smoke_sized_run(seed, tmp_path):
     opts = fuzz_options(tmp_path, max_examples=SMOKE_EXAMPLES, seed=seed, database=None, shrink_budget=20,
                         contract_options={"chains": "forbidden"})
@@ -83,6 +84,7 @@ def test_an_int32_slot_index_kernel_is_found_in_a_smoke_sized_run(seed, tmp_path
     ("slot_copy", ("triton.slot_copy", "torch.slot_copy", "zoo.SLOT-PAD")),
     ("slot_fork", ("triton.slot_fork", "torch.slot_fork")),
 ])
+@pytest.mark.matrix
 def test_correct_slot_kernels_stay_clean_past_2_gib_by_every_term(contract, names):
     """A kernel that copies whole slot strides (SLOT-PAD, wrong on padding) takes no longer: nothing
     walks gigabytes."""

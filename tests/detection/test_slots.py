@@ -333,6 +333,7 @@ def _cross_program(verdict):
 
 
 @pytest.mark.parametrize("zoo_id, contract", [("SLOT-CHAIN", "slot_copy"), ("FORK-CHAIN", "slot_fork")])
+@pytest.mark.matrix
 def test_the_race_check_flags_every_chain_and_nothing_else(zoo_id, contract):
     """Deterministic: the first chained case drawn is the first one flagged; the correct kernel never is."""
     racy = registry.get(f"zoo.{zoo_id}").fn
@@ -364,6 +365,7 @@ def test_zoo_rows_are_in_the_table_and_registry():
 
 
 @pytest.mark.parametrize("zoo_id", SLOT_ZOO)
+@pytest.mark.matrix
 def test_every_slot_zoo_row_is_caught_and_shrunk(zoo_id, tmp_path):
     report = fuzz_target(registry.get(f"zoo.{zoo_id}"), fuzz_options(tmp_path, max_examples=300, seed=1,
                                                                      database=None))
@@ -389,13 +391,15 @@ def test_every_slot_zoo_row_is_caught_and_shrunk(zoo_id, tmp_path):
     assert f.path is not None and f.path.exists()
 
 
-@pytest.mark.parametrize("name", CORRECT)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.matrix if n.startswith("triton.") else ())
+                                  for n in CORRECT])
 def test_correct_targets_pass_the_same_fuzzing(name, tmp_path):
     report = fuzz_target(registry.get(name), fuzz_options(tmp_path, max_examples=40, seed=2, database=None))
     assert report.finding is None, report.finding.verdict.summary()
     assert report.examples == 40 and not report.rejected
 
 
+@pytest.mark.matrix
 def test_chains_forbidden_keeps_a_chain_unsafe_kernel_clean(tmp_path):
     opts = fuzz_options(tmp_path, max_examples=40, seed=3, database=None, contract_options={"chains": "forbidden"})
     report = fuzz_target(registry.get("zoo.SLOT-CHAIN"), opts)
@@ -435,6 +439,7 @@ def pair_by_pair(meta, src_idx, dst_idx, *, arena):
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_readme_adapter_runs_from_the_cli(tmp_path):
     (tmp_path / "myslots.py").write_text(textwrap.dedent(ADAPTER))
     common = ("--max-examples", 25, "--database", "none", "--no-isolate", "--seed", 4)
@@ -476,6 +481,7 @@ print("compiled")
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_slot_kernel_compiles_for_sm90_without_a_gpu():
     """The interpreter does not enforce compiled typing rules; ptxas does, with no GPU needed."""
     try:

@@ -4,18 +4,14 @@ import pytest
 
 from mambafuzz.contracts.cases.state_scatter import StateScatterCase
 from mambafuzz.judge.engine import run_case
+from common import zoo_options
 from mambafuzz.kernels import registry, zoo
 from mambafuzz.oracle import SlotBuffer
-from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.search.fuzz import fuzz_target
 
 ROWS = [e.id for e in zoo.ZOO if e.contract == "state_scatter"]
 
 
-def _opts(tmp_path, **kw):
-    base = dict(device="cpu", mode="race", reps=1, max_examples=300, seed=1, database=None, crashes_dir=tmp_path,
-                shrink_budget=300)
-    base.update(kw)
-    return FuzzOptions(**base)
 
 
 def test_the_rows_are_the_scatter_bugs_engines_shipped():
@@ -25,7 +21,7 @@ def test_the_rows_are_the_scatter_bugs_engines_shipped():
 @pytest.mark.matrix
 @pytest.mark.parametrize("zoo_id", ROWS)
 def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
-    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), _opts(tmp_path))
+    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path))
     f = report.finding
     assert f is not None, f"{zoo_id} escaped {report.examples} examples"
     assert f.verdict.kind in zoo.entry(zoo_id).caught_as("cpu"), f.verdict.summary()
@@ -34,7 +30,7 @@ def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
 
 
 def test_a_freed_row_writing_slot_0_is_caught_quickly(tmp_path):
-    report = fuzz_target(registry.get("zoo.SS-FREED0"), _opts(tmp_path, max_examples=60, shrink_budget=50))
+    report = fuzz_target(registry.get("zoo.SS-FREED0"), zoo_options(tmp_path, max_examples=60, shrink_budget=50))
     assert report.finding is not None and report.finding.verdict.kind == "mismatch"
     assert report.finding.case.dst_idx[0] == -1
 
@@ -52,13 +48,13 @@ def test_a_skipped_row_on_a_valid_rows_slot_is_a_write_write_race():
 @pytest.mark.matrix
 @pytest.mark.parametrize("name", ["triton.state_scatter", "torch.state_scatter"])
 def test_correct_kernels_pass_the_same_fuzzing(name, tmp_path):
-    report = fuzz_target(registry.get(name), _opts(tmp_path, max_examples=80))
+    report = fuzz_target(registry.get(name), zoo_options(tmp_path, max_examples=80))
     assert report.finding is None, report.finding.verdict.summary()
     assert report.examples == 80 and not report.rejected
 
 
 def test_the_correct_kernel_is_clean_on_conv_windows(tmp_path):
-    opts = _opts(tmp_path, max_examples=30, contract_options={"scatter": "window"})
+    opts = zoo_options(tmp_path, max_examples=30, contract_options={"scatter": "window"})
     report = fuzz_target(registry.get("triton.state_scatter"), opts)
     assert report.finding is None, report.finding.verdict.summary()
     assert report.examples == 30

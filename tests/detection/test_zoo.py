@@ -9,22 +9,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from mambafuzz import cli, strategies
+from common import zoo_options
 from mambafuzz.kernels import registry, zoo
 from mambafuzz.judge.engine import KINDS, run_case
-from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
+from mambafuzz.search.fuzz import fuzz_target
 from mambafuzz.report import build
 
+MATRIX = pytest.mark.matrix  # the long detection matrix: `pytest -m matrix`
 RACY = {"BM-NOGUARD", "SD-SPAN", "DS-ROW", "PP-INPLACE"}  # right bytes in the interpreter: only the recorder sees them
 ZOO_IDS = [e.id for e in zoo.ZOO]
 # the slot contracts' rows are caught and shrunk in test_slots.py, conv_update's and state_scatter's in their own
 POINTER_ZOO_IDS = [e.id for e in zoo.ZOO if e.contract in ("batch_memcpy", "state_copy", "postprocess")]
 
 
-def _opts(tmp_path, **kw):
-    base = dict(device="cpu", mode="race", reps=1, max_examples=300, seed=1, database=None,
-                crashes_dir=tmp_path, shrink_budget=300)  # shrinking ends by itself; no wall-clock cut-off in CI
-    base.update(kw)
-    return FuzzOptions(**base)
 
 
 def test_the_zoo_has_every_spec_row():
@@ -37,10 +34,11 @@ def test_the_zoo_has_every_spec_row():
         assert registry.get(f"zoo.{zoo_id}").zoo_id == zoo_id
 
 
-@pytest.mark.parametrize("zoo_id", POINTER_ZOO_IDS)
+@pytest.mark.parametrize("zoo_id", [pytest.param(z, marks=() if z in ("TAIL-DROP", "MISALIGN") else MATRIX)
+                                    for z in POINTER_ZOO_IDS])  # two rows in the quick tier
 def test_every_zoo_variant_is_caught_and_shrunk(zoo_id, tmp_path):
     target = registry.get(f"zoo.{zoo_id}")
-    report = fuzz_target(target, _opts(tmp_path))
+    report = fuzz_target(target, zoo_options(tmp_path))
     f = report.finding
     assert f is not None, f"{zoo_id} escaped {report.examples} examples"
     assert f.verdict.kind in zoo.entry(zoo_id).caught_as("cpu"), f.verdict.summary()
@@ -94,10 +92,11 @@ def test_a_finding_of_another_kind_is_an_escape(tmp_path, monkeypatch, capsys):
     assert max(map(len, lines)) <= 80, text
 
 
-@pytest.mark.parametrize("name", ["triton.batch_memcpy", "triton.state_copy", "triton.postprocess",
-                                  "torch.batch_memcpy", "torch.state_copy"])
+@pytest.mark.parametrize("name", ["triton.batch_memcpy", pytest.param("triton.state_copy", marks=MATRIX),
+                                  pytest.param("triton.postprocess", marks=MATRIX), "torch.batch_memcpy",
+                                  "torch.state_copy"])
 def test_correct_kernels_pass_the_same_fuzzing(name, tmp_path):
-    report = fuzz_target(registry.get(name), _opts(tmp_path, max_examples=50))
+    report = fuzz_target(registry.get(name), zoo_options(tmp_path, max_examples=50))
     assert report.finding is None, report.finding.verdict.summary()
     assert report.examples == 50 and not report.rejected
 
@@ -136,7 +135,8 @@ RACY_GEOMETRY = {
 }
 
 
-@pytest.mark.parametrize("zoo_id", sorted(RACY_GEOMETRY))
+@pytest.mark.parametrize("zoo_id", [pytest.param(z, marks=() if z == "BM-NOGUARD" else MATRIX)
+                                    for z in sorted(RACY_GEOMETRY)])
 def test_racy_variant_is_flagged_on_every_racy_case_and_only_there(zoo_id):
     """Deterministic detection: the first racy case drawn is the first one flagged."""
     contract, racy = RACY_GEOMETRY[zoo_id]

@@ -113,6 +113,7 @@ def test_bad_usage_is_one_usage_error(kwargs, says):
     assert says in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.matrix
 def test_contract_options_reach_the_strategy():
     """layout and a fixed tile count, through check -> fuzz_target -> strategies.for_contract."""
     seen = []
@@ -129,6 +130,7 @@ def test_contract_options_reach_the_strategy():
     assert {n for _, n in seen} == {5}
 
 
+@pytest.mark.matrix
 def test_skip_equal_cols_expects_skipped_requests_untouched(tmp_path):
     """The project's kernel copies every request, so the skipping variant's oracle catches it; a wrapper
     that skips the equal-column requests fits the variant."""

@@ -46,6 +46,7 @@ def test_replay_bad_files_exit_2(tmp_path):
     assert "crash schema 99" in json.loads(proc.stdout)["files"][0]["reason"]
 
 
+@pytest.mark.matrix
 def test_zoo_variant_found_saved_replayed_and_fixed(tmp_path):
     proc = mf("zoo", "--target", "zoo.TAIL-DROP", "--seed", "1", "--json", "--crashes-dir", "crashes",
               cwd=tmp_path)
@@ -66,6 +67,7 @@ def test_zoo_variant_found_saved_replayed_and_fixed(tmp_path):
     assert again.returncode == 1 and "still failing" in again.stdout
 
 
+@pytest.mark.matrix
 def test_user_kernel_adapter(tmp_path):
     (tmp_path / "userk.py").write_text(textwrap.dedent('''
         def forward_copy(src_ptrs, dst_ptrs, sizes, *, arena):
@@ -103,6 +105,7 @@ def test_state_copy_user_adapter_gets_the_documented_arguments(tmp_path):
     assert json.loads(proc.stdout)["targets"][0]["examples"] == 25
 
 
+@pytest.mark.matrix
 def test_smoke_passes_on_the_correct_kernels(tmp_path):
     proc = mf("smoke", "--max-examples", "15", "--seed", "4", "--time", "600", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -118,6 +121,7 @@ def test_selfcheck(tmp_path):
     assert proc.returncode == 0 and proc.stdout.count("ok") == 4
 
 
+@pytest.mark.matrix
 def test_json_stdout_is_one_document_whatever_the_target_prints(tmp_path):
     """A user's adapter that prints (Python print and a raw write to fd 1) cannot break --json."""
     (tmp_path / "noisy_mod.py").write_text(
@@ -137,6 +141,7 @@ def test_json_stdout_is_one_document_whatever_the_target_prints(tmp_path):
         assert "hello from the adapter" in r.stderr and "raw bytes on fd 1" in r.stderr
 
 
+@pytest.mark.matrix
 def test_a_share_too_short_for_a_verdict_says_so_within_80_columns(tmp_path):
     """--time that leaves a (slow) target a few examples: one NOTE names it, and the cure."""
     (tmp_path / "slowk.py").write_text(textwrap.dedent('''
@@ -245,6 +250,7 @@ def drop_last(src_ptrs, dst_ptrs, sizes, *, arena):
 '''
 
 
+@pytest.mark.matrix
 def test_a_signal_after_the_summary_line_leaves_the_exit_code(tmp_path):
     """Ctrl-C pressed (again and again) once `... exit 1` is printed, while the process shuts down
     (torch's teardown takes seconds), neither turns exit 1 into 130 nor kills it with SIGINT."""
@@ -278,6 +284,7 @@ def test_smoke_is_a_bounded_job_by_default():
     assert args.time == SMOKE_TIME <= 50 and args.max_examples == 60
 
 
+@pytest.mark.matrix
 def test_a_smoke_too_short_for_its_targets_ends_on_time_and_says_so(tmp_path):
     """--time split over every correct target: the run ends within its time plus start-up, and a
     target that got fewer examples than a verdict needs is inconclusive, saying so (exit 3)."""

@@ -59,6 +59,7 @@ WRONG = [  # example module, wrong adapter, contract, its options, verdict kind,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("module, fn, contract, options, kind, evidence", WRONG, ids=[w[2] for w in WRONG])
+@pytest.mark.matrix
 def test_a_wrong_adapter_fails_with_its_witness_and_replay_command(tmp_path, module, fn, contract, options, kind,
                                                                    evidence):
     shutil.copy(EXAMPLES / "conftest.py", tmp_path)
@@ -90,6 +91,7 @@ def test_a_wrong_adapter_fails_with_its_witness_and_replay_command(tmp_path, mod
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_command_line_options_win_and_the_device_is_chosen_before_collection(tmp_path):
     (tmp_path / "test_opts.py").write_text(
         "import os\n"

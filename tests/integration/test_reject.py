@@ -143,6 +143,7 @@ def test_some_rejections_leave_a_clean_run_with_its_reasons_counted(tmp_path, mo
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_a_session_prints_the_rejections_and_a_target_that_rejects_everything_is_inconclusive(tmp_path):
     (tmp_path / "limited.py").write_text(USER_MODULE)
     proc = mf("fuzz", "--target", "limited:at_most_two_rows", "--target", "limited:never", "--contract",
@@ -209,6 +210,7 @@ def test_the_cpu_witness_of_a_case_the_target_rejects_on_the_cpu(tmp_path, monke
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_under_pytest_a_declining_kernel_passes_and_one_that_declines_everything_is_one_line(tmp_path):
     (tmp_path / "limited.py").write_text(USER_MODULE)
     (tmp_path / "test_limited.py").write_text(textwrap.dedent('''

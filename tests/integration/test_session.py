@@ -40,6 +40,7 @@ def workdir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.matrix
 def test_faulting_and_hanging_targets_are_findings_and_the_session_goes_on(workdir):
     proc = mf("fuzz", "--target", "badk:crash", "--target", "badk:hang", "--target", "torch.batch_memcpy",
               "--contract", "batch_memcpy", "--hang-timeout", "4", "--max-examples", "20", "--json",
@@ -61,6 +62,7 @@ def test_faulting_and_hanging_targets_are_findings_and_the_session_goes_on(workd
     assert got["badk:hang"]["status"] == "still failing" and "hang" in got["badk:hang"]["verdict"]["summary"]
 
 
+@pytest.mark.matrix
 def test_time_budget_with_a_hanging_target_still_fuzzes_the_rest(workdir):
     start = time.monotonic()
     proc = mf("fuzz", "--target", "badk:hang", "--target", "torch.batch_memcpy", "--contract", "batch_memcpy",
@@ -97,6 +99,7 @@ SHARE_TARGETS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.matrix
 def test_a_target_found_late_shrinks_within_its_share_of_what_is_left(tmp_path):
     """Four targets done in a second or two leave their time to the rest; the slow shrink of the
     fifth must take its equal share of that, not all of it up to its cumulative slice's end (which
@@ -115,6 +118,7 @@ def test_a_target_found_late_shrinks_within_its_share_of_what_is_left(tmp_path):
     assert by["ok_last"]["status"] == "clean" and by["ok_last"]["examples"] == 20
 
 
+@pytest.mark.matrix
 def test_sigterm_saves_the_session_and_the_next_run_resumes(workdir):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}", "COLUMNS": "200"}
     env.pop("TRITON_INTERPRET", None)

@@ -109,6 +109,7 @@ def test_a_race_is_a_deterministic_verdict_in_the_table_json_crash_file_and_page
     assert "repetitions failed" not in text
 
 
+@pytest.mark.matrix
 def test_replay_of_a_race_says_race_at_its_line_not_k_of_n(race_run):
     work, _ = race_run
     proc = mf("replay", "X", cwd=work)
@@ -136,6 +137,7 @@ def stuck_run(tmp_path, what, *args):
               cwd=tmp_path, env_extra={"STUCK_DO": what}, timeout=300)
 
 
+@pytest.mark.matrix
 def test_a_shrink_cut_by_its_budget_says_maybe_not_minimal_everywhere(tmp_path):
     proc = stuck_run(tmp_path, "sleep", "--shrink-time", "0.5", "--json")
     assert proc.returncode == 1, proc.stderr[-3000:]

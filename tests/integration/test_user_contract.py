@@ -184,7 +184,7 @@ def _cli(*args, cwd):
                           text=True, timeout=600)
 
 
-@pytest.mark.parametrize("isolate", ["--no-isolate", "--isolate"])
+@pytest.mark.parametrize("isolate", ["--no-isolate", pytest.param("--isolate", marks=pytest.mark.matrix)])
 def test_the_cli_workers_crash_files_and_replay_know_it(tmp_path, isolate):
     crashes = tmp_path / "crashes"
     args = ["--contract", "byte_fill", "--max-examples", "30", "--seed", "1", "--database", "none",

@@ -220,6 +220,7 @@ def copy(src_ptrs, dst_ptrs, sizes, *, arena):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 @pytest.mark.parametrize("isolate", ["--no-isolate", "--isolate"])
+@pytest.mark.matrix
 def test_a_signal_while_shrinking_leaves_a_replayable_crash_file(tmp_path, sig, isolate):
     (tmp_path / "slow.py").write_text(SLOW_WRONG)
     proc = mf_popen("fuzz", "--target", "slow:copy", "--contract", "batch_memcpy", isolate, "--seed", "3",
@@ -255,6 +256,7 @@ def test_interrupted_with_nothing_found_is_130_and_says_so(tmp_path):
     assert body["targets"][0]["status"] == "interrupted"
 
 
+@pytest.mark.matrix
 def test_time_is_honoured_and_every_target_gets_its_share(tmp_path):
     start = time.monotonic()
     proc = mf("fuzz", "--target", "triton.*", "--no-isolate", "--time", "9", "--min-examples", "1",  # 5 targets
@@ -269,6 +271,7 @@ def test_time_is_honoured_and_every_target_gets_its_share(tmp_path):
     assert wall < 9.9 + 15  # start-up (torch, triton imports) is not part of the budget
 
 
+@pytest.mark.matrix
 def test_output_at_80_columns_keeps_commands_and_paths_whole(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_WRONG.replace("time.sleep(0.05)", "pass"))
     proc = mf("fuzz", "--target", "slow:copy", "--contract", "batch_memcpy", "--no-isolate", "--seed", "3",

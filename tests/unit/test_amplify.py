@@ -339,6 +339,7 @@ print("compiled")
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_perturbed_kernels_compile_for_sm90_without_a_gpu():
     """Every position and schedule compiles (inline PTX nanosleep, %tid.x, %ntid.x) at 4 and
     8 warps, and only a real delay puts a nanosleep in the PTX."""

@@ -92,6 +92,7 @@ def test_strategies_reach_the_shapes_bugs_hide_in():
     assert want <= seen, want - seen
 
 
+@pytest.mark.matrix
 def test_cpu_profile_draws_spans_over_several_tiles():
     """Engine kernels work in 1-4 KiB tiles and their tile-edge bugs need spans of several: the
     CPU profile draws them now and then (about one state or row in ten), within its caps."""
@@ -182,6 +183,7 @@ def _copied_block_offsets(case, pools=1):
     return offsets or [0]
 
 
+@pytest.mark.matrix
 def test_gpu_profiles_copy_blocks_past_2_and_4_gib_often():
     """zoo ADDR-I32 shows only when a copied block lies past 2 GiB (a fault, out of bounds on the CPU)
     or past 4 GiB (wrong bytes): the GPU profiles stretch a copied block there in about a third of
@@ -207,6 +209,7 @@ def test_gpu_profiles_copy_blocks_past_2_and_4_gib_often():
     assert cpu["cases"] // 3 >= cpu["2 GiB"] >= cpu["cases"] // 10 and cpu["4 GiB"] >= cpu["cases"] // 40, counts
 
 
+@pytest.mark.matrix
 def test_addr_i32_is_caught_on_a_gpu_profile_case_past_4_gib():
     from hypothesis import find
 

@@ -85,6 +85,7 @@ def test_fuzzing_finds_shrinks_and_saves_a_compile_finding(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_replay_of_a_compile_finding_still_fails(tmp_path):
     target = user_target("style_kernels.compile_check:widened_count_copy", "batch_memcpy")
     finding = fuzz_target(target, fuzz_options(tmp_path, max_examples=40)).finding

@@ -97,6 +97,7 @@ def test_correct_user_kernel_passes_the_same_fuzzing(tmp_path):
     assert report.finding is None and report.examples == 40 and not report.rejected
 
 
+@pytest.mark.matrix
 def test_left_only_kernel_is_only_given_left_overlaps(tmp_path):
     rows = []
 

@@ -127,6 +127,7 @@ def _shrunk(tmp_path, monkeypatch, judged_by_rate: bool, seed: int):
     return report.finding
 
 
+@pytest.mark.matrix
 def test_a_flaky_failure_shrinks_to_one_small_row_when_judged_by_rate(tmp_path, monkeypatch):
     """A rate-judged reduction ends at one overlapping row of 1-2 bytes; one batch per candidate leaves
     bigger arenas (measured with this target, 3% per overlapping row, 10 repetitions a batch)."""

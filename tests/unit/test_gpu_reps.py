@@ -764,7 +764,8 @@ CHUNK_CASES = {
 }
 
 
-@pytest.mark.parametrize("label", list(CHUNK_CASES))
+@pytest.mark.parametrize("label", [pytest.param(k, marks=() if k == "disjoint" else pytest.mark.matrix)
+                                   for k in CHUNK_CASES])
 def test_chunks_judge_passes_the_correct_kernel(label):
     name, make = CHUNK_CASES[label]
     m = materialize(make(), "cpu")
@@ -790,7 +791,7 @@ def test_chunks_judge_counts_a_deterministic_bug_like_the_full_judge():
     assert graph.per_rep_mismatch.tolist() == [want] * 5
 
 
-@pytest.mark.parametrize("stride", [None, 2])
+@pytest.mark.parametrize("stride", [pytest.param(None, marks=pytest.mark.matrix), 2])
 def test_chunks_judge_per_repetition_counts_follow_a_failing_pattern(stride, monkeypatch):
     """A target that corrupts chosen repetitions: a destination byte (seen in that repetition) or a
     byte no correct repetition changes (seen when a full repetition comes)."""
@@ -828,6 +829,7 @@ def test_chunks_judge_per_repetition_counts_follow_a_failing_pattern(stride, mon
     assert r.per_rep_mismatch.tolist() == [0, 1, 0, 1, 0, 0, 1, 0, 0, 0]
 
 
+@pytest.mark.matrix
 def test_chunks_judge_with_postprocess_accepted_counts():
     case = _racy().self_copy_postprocess(2, 1, 1)
     m = materialize(case, "cpu")

@@ -472,5 +472,6 @@ print("compiled")
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_variants_compile_for_sm90_with_nanosleep_at_each_site():
     compile_for_sm90(_COMPILE_CODE)

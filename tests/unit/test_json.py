@@ -156,6 +156,7 @@ DIES = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.matrix
 def test_a_crash_has_one_kind_in_the_report_on_disk_and_in_replay(tmp_path):
     (tmp_path / "dies.py").write_text(DIES)
     proc = mf("fuzz", "--target", "dies:die", "--contract", "batch_memcpy", "--isolate", "--max-examples", "5",
@@ -181,6 +182,7 @@ def test_a_crash_has_one_kind_in_the_report_on_disk_and_in_replay(tmp_path):
     assert (rdoc["schema"], rdoc["command"], rdoc["exit_code"], rdoc["device"]) == (1, "replay", 1, "cpu")
 
 
+@pytest.mark.matrix
 def test_zoo_and_fuzz_reports_share_one_shape(tmp_path):
     zoo = mf("zoo", "--target", "zoo.TAIL-DROP", "--seed", "1", "--max-examples", "50", "--database", "none",
              "--json", cwd=tmp_path)

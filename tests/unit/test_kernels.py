@@ -290,6 +290,7 @@ def test_batch_memcpy_splits_long_rows_exactly(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.matrix
 def test_batch_memcpy_bytes_do_not_depend_on_the_grid(device):
     """The tuning knobs change who copies what, never the bytes: any parts cap, any step, any part size."""
     from mambafuzz.kernels.batch_memcpy import batch_memcpy
@@ -961,6 +962,7 @@ print("compiled")
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_kernels_compile_for_sm90_without_a_gpu():
     """The interpreter does not enforce compiled-mode typing rules (e.g. a
     variable assigned in both branches of a runtime ``if`` must keep one type);
