@@ -105,6 +105,7 @@ def state_copy_without_temporal_bias(meta, block_tables, src_cols, dst_cols, bia
 ENGINE = dict(layout="sd", tiles=NUM_TILES, skip_equal_cols=True)
 
 
+@pytest.mark.matrix
 def test_state_copy_fits_the_contract():
     mambafuzz.check(state_copy, "state_copy", max_examples=30, **ENGINE)
 

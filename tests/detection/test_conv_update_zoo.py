@@ -27,6 +27,7 @@ def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
     assert f.path is not None and f.path.exists()
 
 
+@pytest.mark.matrix
 def test_a_narrow_spec_state_is_caught_quickly(tmp_path):
     report = fuzz_target(registry.get("zoo.CU-NARROW"), zoo_options(tmp_path, max_examples=60, shrink_budget=50))
     assert report.finding is not None and report.finding.verdict.kind == "mismatch"
@@ -40,6 +41,7 @@ def test_correct_kernels_pass_the_same_fuzzing(name, tmp_path):
     assert report.examples == 80 and not report.rejected
 
 
+@pytest.mark.matrix
 def test_the_correct_kernel_is_clean_with_nacc_0_and_pad_0(tmp_path):
     opts = zoo_options(tmp_path, max_examples=40, contract_options={"min_accepted": "0", "pad": "0"})
     report = fuzz_target(registry.get("triton.conv_update"), opts)

@@ -64,6 +64,7 @@ def test_the_witness_of_a_line_pair_is_one_that_changes_bytes():
     assert h.first.program == (1, 0, 0) and h.second.program == (0, 0, 0)
 
 
+@pytest.mark.matrix
 def test_the_cpu_witness_child_keeps_a_hazard_that_changes_bytes():
     """Dropping pair 0 leaves 0->1, 0->0: a same-value hazard only, smaller but weaker; the child keeps
     1->2, 0->1."""

@@ -31,7 +31,8 @@ def terms(case) -> list[str]:
     return features.labels_of(features.features(case)["past_2gib_by"])
 
 
-@pytest.mark.parametrize("contract", sorted(TERMS))
+@pytest.mark.parametrize("contract", [
+    pytest.param(c, marks=pytest.mark.matrix if c in ("postprocess", "slot_fork") else ()) for c in sorted(TERMS)])
 def test_the_cpu_profile_draws_every_term_past_2_gib_with_small_strides(contract):
     seen = Counter()
 

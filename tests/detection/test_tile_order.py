@@ -57,6 +57,7 @@ def test_the_bug_needs_a_same_block_shift_over_more_than_one_tile(pool, shows):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.matrix
 def test_wrong_tile_order_is_found_with_default_settings(seed, tmp_path):
     rc, report = _fuzz("tiled_state_copy_wrong_order", seed, tmp_path)
     assert rc == 1, report
@@ -65,6 +66,7 @@ def test_wrong_tile_order_is_found_with_default_settings(seed, tmp_path):
     assert finding["examples_to_first"] <= 1000
 
 
+@pytest.mark.matrix
 def test_correct_tiled_state_copy_stays_clean(tmp_path):
     rc, report = _fuzz("tiled_state_copy", 1, tmp_path, "--max-examples", "150")
     assert rc == 0, report

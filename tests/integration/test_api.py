@@ -178,6 +178,7 @@ def test_public_strategies_in_a_plain_given_test(case):
     assert not verdict.failed, verdict.summary()
 
 
+@pytest.mark.matrix
 def test_the_cli_passes_contract_options_through(capsys, tmp_path):
     args = cli.build_parser().parse_args(["fuzz", "--target", "triton.state_copy", "--tiles", "16",
                                           "--skip-equal-cols", "yes", "--layout", "sd"])

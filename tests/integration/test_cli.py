@@ -17,22 +17,26 @@ def test_list_json(tmp_path):
     targets = {t["name"]: t for t in json.loads(proc.stdout)}
     assert targets["triton.batch_memcpy"]["kind"] == "correct"
     zoo = [t for t in targets.values() if t["kind"] == "zoo"]
-    assert len(zoo) == 17 and all(t["bug"] for t in zoo)  # SPEC's 12 and the 5 slot rows
+    from mambafuzz.kernels import zoo as zoo_rows  # every row the zoo declares, listed once, with its bug
+    assert sorted(t["name"] for t in zoo) == sorted(f"zoo.{e.id}" for e in zoo_rows.ZOO) and all(t["bug"] for t in zoo)
 
 
 @pytest.mark.parametrize("args, needles", [
     (["fuzz", "--target", "triton.nope"], ["unknown target", "triton.nope"]),
-    (["fuzz", "--target", "nosuchmodule:fn", "--contract", "batch_memcpy"], ["cannot import", "nosuchmodule"]),
-    (["fuzz", "--target", "json:dumps"], ["--contract"]),
+    # these start torch in the child, as the first does: the matrix tier runs them
+    pytest.param(["fuzz", "--target", "nosuchmodule:fn", "--contract", "batch_memcpy"],
+                 ["cannot import", "nosuchmodule"], marks=pytest.mark.matrix),
+    pytest.param(["fuzz", "--target", "json:dumps"], ["--contract"], marks=pytest.mark.matrix),
     (["fuzz", "--target", "zoo.*", "--device", "cpu", "--mode", "race", "--reps", "0"], ["positive"]),
-    (["fuzz", "--target", "triton.*", "--device", "cuda"], ["cuda"]),
+    pytest.param(["fuzz", "--target", "triton.*", "--device", "cuda"], ["cuda"], marks=pytest.mark.matrix),
     (["replay", "missing.json"], ["missing.json"]),
-    (["fuzz", "--target", "xyz*"], ["matches nothing"]),
+    pytest.param(["fuzz", "--target", "xyz*"], ["matches nothing"], marks=pytest.mark.matrix),
 ])
 def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, needles):
     one_line_error(mf(*args, cwd=tmp_path), *needles)
 
 
+@pytest.mark.matrix
 def test_unwritable_crashes_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -88,6 +92,7 @@ def test_user_kernel_adapter(tmp_path):
     assert src < dst < src + n  # a right overlap, shrunk to one row
 
 
+@pytest.mark.matrix
 def test_state_copy_user_adapter_gets_the_documented_arguments(tmp_path):
     (tmp_path / "userstate.py").write_text(textwrap.dedent('''
         from mambafuzz.kernels import registry
@@ -204,6 +209,7 @@ def test_help_and_a_usage_error_import_neither_torch_nor_triton(tmp_path):
     assert _loaded_by("replay", "--help", cwd=tmp_path) == {"code": 0, "loaded": ["numpy"]}
 
 
+@pytest.mark.matrix
 def test_list_has_a_devices_column_and_fits_80_columns_in_a_pipe(tmp_path):
     proc = _mf("list", cwd=tmp_path)  # piped, COLUMNS=80
     assert proc.returncode == 0, proc.stderr
@@ -220,10 +226,10 @@ def test_list_has_a_devices_column_and_fits_80_columns_in_a_pipe(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [
-    ["fuzz", "--target", "triton.nope", "--json"],                  # the command's own check
+    pytest.param(["fuzz", "--target", "triton.nope", "--json"], marks=pytest.mark.matrix),  # the command's own check
     ["fuzz", "--json", "--target", "x", "--reps", "0"],             # argparse's
-    ["smoke", "--json", "--crashes-dir", "{blocker}/sub"],
-    ["zoo", "--json", "--target", "zoo.NOPE"],
+    pytest.param(["smoke", "--json", "--crashes-dir", "{blocker}/sub"], marks=pytest.mark.matrix),
+    pytest.param(["zoo", "--json", "--target", "zoo.NOPE"], marks=pytest.mark.matrix),
     ["list", "--json", "--bogus"],
     ["replay", "--json", "nothere.json"],                           # replay writes its own, only one
 ])

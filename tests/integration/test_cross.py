@@ -30,6 +30,7 @@ def test_a_racy_kernel_is_witnessed_and_shrunk_on_the_cpu():
     assert list(shrunk.size) == w.cpu_size
 
 
+@pytest.mark.matrix
 def test_a_correct_kernel_is_not_witnessed():
     case = batch_rows(2, 64, -16)
     w = cross.cpu_witness(registry.TARGETS["triton.batch_memcpy"], case, timeout=180)
@@ -38,6 +39,7 @@ def test_a_correct_kernel_is_not_witnessed():
     assert "witness" not in w.line() or "clean" in w.line()
 
 
+@pytest.mark.matrix
 def test_a_target_the_child_cannot_import_is_unavailable_not_a_verdict():
     target = types.SimpleNamespace(name="no_such_module_xyz:copy", overlap="full")
     w = cross.cpu_witness(target, batch_rows(1, 8, -1), timeout=120)

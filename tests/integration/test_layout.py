@@ -225,6 +225,7 @@ def test_a_contracts_name_appears_only_where_contracts_live():
                     + "\n".join(bad), pytrace=False)
 
 
+@pytest.mark.matrix
 def test_a_built_wheel_holds_only_the_mambafuzz_package(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
                           capture_output=True, text=True, timeout=600)
@@ -246,6 +247,7 @@ def test_no_top_level_folder_shares_a_name_with_a_module_of_the_package():
     assert not (modules & folders), modules & folders
 
 
+@pytest.mark.matrix
 def test_the_cli_runs_with_the_clones_parent_on_pythonpath(tmp_path):
     (tmp_path / "mambafuzz").symlink_to(ROOT)
     proc = subprocess.run([sys.executable, "-m", "mambafuzz.cli", "list", "--json"], cwd=tmp_path,

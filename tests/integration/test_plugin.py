@@ -163,6 +163,7 @@ def rerun(corpus):
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_the_rerun_line_names_every_option_in_effect_and_reproduces(corpus, rerun):
     folder, _, saved = corpus
     line, proc = rerun
@@ -174,6 +175,7 @@ def test_the_rerun_line_names_every_option_in_effect_and_reproduces(corpus, reru
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_a_saved_crash_that_still_fails_shows_the_test_line_not_mambafuzz_frames(rerun):
     out = rerun[1].stdout
     assert "still fails" in out, out[-3000:]
@@ -183,6 +185,7 @@ def test_a_saved_crash_that_still_fails_shows_the_test_line_not_mambafuzz_frames
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_a_saved_crash_run_without_a_device_option_gives_one_line_with_the_hint(corpus):
     folder, _, saved = corpus
     proc = _pytest(folder, "test_user.py")  # the kernel is defined compiled; this CPU run cannot launch it

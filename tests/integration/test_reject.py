@@ -165,6 +165,7 @@ def test_a_session_prints_the_rejections_and_a_target_that_rejects_everything_is
     assert "Traceback" not in proc.stderr and "internal error" not in out
 
 
+@pytest.mark.matrix
 def test_check_counts_rejections_and_too_many_are_inconclusive(tmp_path):
     report = mambafuzz.check(at_most_two_rows, "batch_memcpy", max_examples=15, crashes_dir=tmp_path, **FAST)
     assert report.status == "clean" and report.examples == 15 and report.tally.rejections.get("at most 2 rows")
@@ -175,6 +176,7 @@ def test_check_counts_rejections_and_too_many_are_inconclusive(tmp_path):
     assert "\n" not in text and not list(tmp_path.rglob("*.json"))
 
 
+@pytest.mark.matrix
 def test_shrinking_passes_over_rejected_candidates(tmp_path):
     with pytest.raises(mambafuzz.Failure) as info:
         mambafuzz.check(noguard_two_rows_or_more, "batch_memcpy", max_examples=100, crashes_dir=tmp_path, **FAST)
@@ -199,6 +201,7 @@ def test_replay_and_the_corpus_of_a_case_the_target_now_rejects(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.matrix
 def test_the_cpu_witness_of_a_case_the_target_rejects_on_the_cpu(tmp_path, monkeypatch):
     from mambafuzz.cli.targets import user_target
 

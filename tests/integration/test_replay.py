@@ -149,6 +149,7 @@ def test_bad_files_do_not_stop_the_good_one(bad_folder_json):
     assert proc.returncode == 1  # something still fails: that outranks the invalid files
 
 
+@pytest.mark.matrix
 def test_table_output_and_exit_2_when_nothing_fails(bad_folder):
     """Against a fixed kernel the good file is fixed; the invalid files alone make it exit 2."""
     work, folder = bad_folder
@@ -185,6 +186,7 @@ def test_pool_case_fields_are_type_checked(field, value, needle):
     assert needle in str(info.value)
 
 
+@pytest.mark.matrix
 def test_against_a_user_module_takes_contract_from_the_crash_file(zoo_crash, tmp_path):
     work, crash = zoo_crash
     (tmp_path / "mykernel.py").write_text(textwrap.dedent(FIXED_MODULE))
@@ -209,6 +211,7 @@ def test_against_a_missing_module_is_still_json(zoo_crash):
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+@pytest.mark.matrix
 def test_stored_replay_command_of_a_user_target_runs_from_anywhere(tmp_path):
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     project.mkdir()
@@ -245,6 +248,7 @@ def test_check_database(tmp_path):
         check_database(fine)
 
 
+@pytest.mark.matrix
 def test_replay_keeps_paths_and_names_whole_at_80_columns_in_a_pipe(zoo_crash, tmp_path):
     """The table holds short cells; each file's path is whole on its own line (it was folded inside
     a table cell, `crashes/batch_me│mcpy/...`), its detail wrapped between words."""
@@ -283,6 +287,7 @@ def _loaded_by(*argv, cwd) -> dict:
     return json.loads(proc.stderr.strip().splitlines()[-1])
 
 
+@pytest.mark.matrix
 def test_report_never_imports_torch_or_triton_and_replay_not_before_a_kernel_runs(bad_folder, tmp_path):
     work, folder = bad_folder
     page = tmp_path / "page.html"

@@ -60,6 +60,7 @@ def zoo_run(tmp_path_factory):
     return work, json.loads(proc.stdout)
 
 
+@pytest.mark.matrix
 def test_the_json_report_carries_coverage_and_examples_over_time(zoo_run):
     _, body = zoo_run
     assert [t["target"] for t in body["targets"]] == list(ZOO)
@@ -76,6 +77,7 @@ def test_the_json_report_carries_coverage_and_examples_over_time(zoo_run):
 
 @needs_chromium
 @needs_plotly
+@pytest.mark.matrix
 def test_the_zoo_page_shows_every_row_its_shrunk_case_and_its_plots_in_chromium(zoo_run, tmp_path):
     work, body = zoo_run
     page = tmp_path / "z.html"
@@ -159,6 +161,7 @@ def test_a_gpu_report_draws_a_race_map_per_target(tmp_path):
 
 
 @needs_plotly
+@pytest.mark.matrix
 def test_crash_folders_and_session_state_make_pages_too(zoo_run, tmp_path):
     work, body = zoo_run
     page = tmp_path / "crashes.html"
@@ -217,6 +220,7 @@ def test_an_unwritable_output_and_a_missing_plotly_are_one_line_too(tmp_path):
     one_line_error(proc, "pip install 'mambafuzz[report]'")
 
 
+@pytest.mark.matrix
 def test_fuzz_observe_writes_tyche_records_and_the_summary_prints_coverage(tmp_path):
     obs = tmp_path / "observed"
     proc = mf("fuzz", "--target", "triton.batch_memcpy", "--max-examples", "12", "--min-examples", "5",

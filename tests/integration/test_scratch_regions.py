@@ -113,6 +113,7 @@ def _line_of(marker: str) -> int:
 
 
 # ---------------------------------------------------------------- memory the target allocates
+@pytest.mark.matrix
 def test_scratch_reached_through_a_pointer_table_is_clean(tmp_path):
     report = mambafuzz.check(staged_copy, "batch_memcpy", max_examples=25, crashes_dir=tmp_path, **FAST)
     assert report.status == "clean" and report.examples == 25
@@ -151,6 +152,7 @@ def test_memory_made_before_the_call_is_handed_over_with_add_region():
 
 
 # ---------------------------------------------------------------- oob everywhere a kind is written
+@pytest.mark.matrix
 def test_an_oob_finding_is_oob_in_the_failure_the_crash_file_and_replay(tmp_path):
     with pytest.raises(Failure) as info:
         mambafuzz.check(staged_copy_short, "batch_memcpy", max_examples=25, crashes_dir=tmp_path, **FAST)

@@ -193,11 +193,13 @@ def test_two_workers_share_one_redis_corpus(workdir, redis_url):
     assert json.loads(again.stdout)["targets"][0]["finding"]["examples_to_first"] == 1
 
 
+@pytest.mark.matrix
 def test_redis_that_does_not_answer_is_one_line(workdir):
     one_line_error(mf("fuzz", "--target", "torch.batch_memcpy", "--database", f"redis://127.0.0.1:{_free_port()}",
                       cwd=workdir), "does not answer")
 
 
+@pytest.mark.matrix
 def test_more_gpus_than_present(workdir):
     one_line_error(mf("fuzz", "--target", "triton.*", "--gpus", "2", cwd=workdir), "--gpus")
 

@@ -75,6 +75,7 @@ def race_run(tmp_path_factory):
     return work, json.loads(proc.stdout)["targets"][0]
 
 
+@pytest.mark.matrix
 def test_the_shrink_count_is_one_number_in_the_json_the_crash_file_and_the_page(race_run, tmp_path):
     work, target = race_run
     finding = target["finding"]
@@ -88,6 +89,7 @@ def test_the_shrink_count_is_one_number_in_the_json_the_crash_file_and_the_page(
     assert f"{finding['shrink_examples']} shrink examples" in page.read_text()
 
 
+@pytest.mark.matrix
 def test_a_race_is_a_deterministic_verdict_in_the_table_json_crash_file_and_page(race_run, tmp_path):
     work, target = race_run
     assert target["finding"]["kind"] == "race" and target["finding"]["deterministic"] is True
@@ -154,6 +156,7 @@ def test_a_shrink_cut_by_its_budget_says_maybe_not_minimal_everywhere(tmp_path):
     assert f"<b>may not be minimal</b>: {why}" in page.read_text()    # and on the finding
 
 
+@pytest.mark.matrix
 def test_an_interrupted_shrink_says_maybe_not_minimal_in_the_table_and_the_file(tmp_path):
     proc = stuck_run(tmp_path, "interrupt")
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -167,6 +170,7 @@ def test_an_interrupted_shrink_says_maybe_not_minimal_in_the_table_and_the_file(
     assert body["minimal"] is False and body["not_minimal"] == "shrinking was interrupted"
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("when", ["die:3:6", "die:12:13"])
 def test_a_file_left_by_a_killed_shrink_says_it_was_still_shrinking_with_its_count(tmp_path, when):
     """The process dies mid-shrink: the file was rewritten as the shrink went on (its count moved past the

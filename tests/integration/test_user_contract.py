@@ -184,7 +184,8 @@ def _cli(*args, cwd):
                           text=True, timeout=600)
 
 
-@pytest.mark.parametrize("isolate", ["--no-isolate", pytest.param("--isolate", marks=pytest.mark.matrix)])
+@pytest.mark.matrix
+@pytest.mark.parametrize("isolate", ["--no-isolate", "--isolate"])
 def test_the_cli_workers_crash_files_and_replay_know_it(tmp_path, isolate):
     crashes = tmp_path / "crashes"
     args = ["--contract", "byte_fill", "--max-examples", "30", "--seed", "1", "--database", "none",
@@ -205,6 +206,7 @@ def test_the_cli_workers_crash_files_and_replay_know_it(tmp_path, isolate):
     assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
 
 
+@pytest.mark.matrix
 def test_a_crash_file_whose_contract_cannot_be_imported_is_one_line(tmp_path):
     crashes = tmp_path / "crashes"
     bad = _cli("fuzz", "--target", "test_user_contract:fill_one_more", "--contract", "byte_fill",

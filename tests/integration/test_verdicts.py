@@ -171,6 +171,7 @@ def test_an_internal_error_is_not_a_finding_and_other_targets_go_on(tmp_path, mo
     assert not (tmp_path / "crashes").exists() or not list((tmp_path / "crashes").rglob("*.json"))
 
 
+@pytest.mark.matrix
 def test_a_signature_that_does_not_fit_is_bad_usage(tmp_path):
     (tmp_path / "mine.py").write_text("def copy(src, dst):\n    pass\n")
     proc = mf("fuzz", "--target", "mine:copy", "--contract", "batch_memcpy", "--max-examples", "5",
@@ -179,6 +180,7 @@ def test_a_signature_that_does_not_fit_is_bad_usage(tmp_path):
                    "fn(src_ptrs, dst_ptrs, sizes, *, arena=None)")
 
 
+@pytest.mark.matrix
 def test_arena_is_passed_only_to_functions_that_take_it(tmp_path):
     (tmp_path / "mine.py").write_text(textwrap.dedent('''
         def copy(src, dst, n):
@@ -245,6 +247,7 @@ def test_a_signal_while_shrinking_leaves_a_replayable_crash_file(tmp_path, sig, 
     assert replay.returncode == 1 and json.loads(replay.stdout)["files"][0]["status"] == "still failing"
 
 
+@pytest.mark.matrix
 def test_interrupted_with_nothing_found_is_130_and_says_so(tmp_path):
     proc = mf_popen("fuzz", "--target", "torch.batch_memcpy", "--no-isolate", "--max-examples", "100000",
                     "--database", "none", "--json", cwd=tmp_path)

@@ -484,6 +484,7 @@ def test_run_reps_counts_accepted_counts_of_postprocess():
     assert mm.count == 0 and len(mm.outputs) == 2
 
 
+@pytest.mark.matrix
 def test_run_reps_sparse_materialisation(monkeypatch):
     monkeypatch.setattr(pool_contracts, "DENSE_LIMIT", 1024)
     case = _racy().same_block_conv("conv_sd", 12, 4, 16, 2, 1)  # 12 blocks of 128 bytes + 512: sparse
@@ -695,7 +696,8 @@ def test_chunks_judge_catches_a_stray_byte_in_a_judged_chunk_every_repetition(gr
     assert r.judge == "chunks" and r.per_rep_mismatch.tolist() == [1] * 5
 
 
-@pytest.mark.parametrize("graph,stride", [(False, None), (True, None), (False, 5)])
+@pytest.mark.parametrize("graph,stride", [(False, None), pytest.param(True, None, marks=pytest.mark.matrix),
+                                          pytest.param(False, 5, marks=pytest.mark.matrix)])
 def test_chunks_judge_catches_a_stray_byte_outside_every_destination_chunk(graph, stride, monkeypatch):
     if stride:
         monkeypatch.setattr(check_module, "STRIDE_PROGRAMS", stride)
@@ -791,7 +793,8 @@ def test_chunks_judge_counts_a_deterministic_bug_like_the_full_judge():
     assert graph.per_rep_mismatch.tolist() == [want] * 5
 
 
-@pytest.mark.parametrize("stride", [pytest.param(None, marks=pytest.mark.matrix), 2])
+@pytest.mark.matrix
+@pytest.mark.parametrize("stride", [None, 2])
 def test_chunks_judge_per_repetition_counts_follow_a_failing_pattern(stride, monkeypatch):
     """A target that corrupts chosen repetitions: a destination byte (seen in that repetition) or a
     byte no correct repetition changes (seen when a full repetition comes)."""

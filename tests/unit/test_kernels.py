@@ -922,6 +922,7 @@ def test_every_registered_target_names_a_known_contract_and_overlap():
         assert t.contract in contracts.registered(), t.name
 
 
+@pytest.mark.matrix
 def test_registry_import_does_not_import_mambafuzz():
     code = ("import sys, mambafuzz.kernels.registry; "
             "bad = [m for m in sys.modules if m.startswith('mambafuzz.') "

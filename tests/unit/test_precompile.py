@@ -110,6 +110,7 @@ def test_helpers_work_through_every_task_and_report_failures(tmp_path, capfd):
     assert "must not reach" not in capfd.readouterr().out
 
 
+@pytest.mark.matrix
 def test_helpers_ignore_ctrl_c_and_stop_ends_them(tmp_path):
     pre = precompile.Precompiler.start(_tasks("a", "b", "c"), {"work": "common:precompile_probe",
                                                                "dir": str(tmp_path), "sleep": 30}, 2)
