@@ -2,7 +2,7 @@
 row; the correct Triton kernel and the torch path clean under the same fuzzing, with the race check on."""
 import pytest
 
-from common import zoo_options
+from common import caught_and_shrunk, zoo_options
 from mambafuzz.kernels import registry, zoo
 from mambafuzz.search.fuzz import fuzz_target
 
@@ -19,12 +19,7 @@ def test_the_rows_are_the_bug_classes_engines_shipped():
 @pytest.mark.matrix
 @pytest.mark.parametrize("zoo_id", ROWS)
 def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
-    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path))
-    f = report.finding
-    assert f is not None, f"{zoo_id} escaped {report.examples} examples"
-    assert f.verdict.kind in zoo.entry(zoo_id).caught_as("cpu"), f.verdict.summary()
-    assert len(f.case.lens) <= 2, f.case.describe()
-    assert f.path is not None and f.path.exists()
+    caught_and_shrunk(zoo_id, tmp_path, lambda case: case.lens)
 
 
 @pytest.mark.matrix

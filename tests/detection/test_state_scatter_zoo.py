@@ -4,7 +4,7 @@ import pytest
 
 from mambafuzz.contracts.cases.state_scatter import StateScatterCase
 from mambafuzz.judge.engine import run_case
-from common import zoo_options
+from common import caught_and_shrunk, zoo_options
 from mambafuzz.kernels import registry, zoo
 from mambafuzz.oracle import SlotBuffer
 from mambafuzz.search.fuzz import fuzz_target
@@ -21,12 +21,7 @@ def test_the_rows_are_the_scatter_bugs_engines_shipped():
 @pytest.mark.matrix
 @pytest.mark.parametrize("zoo_id", ROWS)
 def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
-    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path))
-    f = report.finding
-    assert f is not None, f"{zoo_id} escaped {report.examples} examples"
-    assert f.verdict.kind in zoo.entry(zoo_id).caught_as("cpu"), f.verdict.summary()
-    assert len(f.case.dst_idx) <= 2, f.case.describe()
-    assert f.path is not None and f.path.exists()
+    caught_and_shrunk(zoo_id, tmp_path, lambda case: case.dst_idx)
 
 
 def test_a_freed_row_writing_slot_0_is_caught_quickly(tmp_path):
