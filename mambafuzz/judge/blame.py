@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 KERNEL, COMPILE, INTERPRETER, MAMBAFUZZ = "kernel", "compile", "interpreter", "mambafuzz"
 
-_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# the package's folder (this file is in judge/): every frame under it but the kernels is ours
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # The project's own kernels (the ones under test, zoo included) count as kernel code; the rest of
-# the package, and the GPU check-and-restore kernel, is engine: an exception raised there is ours.
+# the package, and the GPU check-and-restore kernel (judge/check.py), is engine: an exception raised there is ours.
 _KERNELS = os.path.join(_HERE, "kernels") + os.sep
-_OWN_FILES = (os.path.join(_KERNELS, "check.py"),)
+_OWN_FILES = (os.path.join(_HERE, "judge", "check.py"),)
 # Helpers a user's adapter calls (pointer views): an error there is the adapter's, not ours.
 _USER_FILES = (os.path.join(_HERE, "adapters.py"),)
 _LIBRARIES = ("triton", "torch", "numpy", "hypothesis")
