@@ -527,7 +527,7 @@ def cmd_zoo(args) -> int:
     """Every zoo variant must be caught, by a kind its row declares: exit 1 if one escapes (ran clean,
     or its finding is of another kind), 3 if one could not be checked."""
     device = device_mod.select(args.device)
-    from mambafuzz.kernels import registry, zoo
+    from mambafuzz.kernels import registry
     from mambafuzz.cli.targets import resolve
 
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
@@ -540,7 +540,7 @@ def cmd_zoo(args) -> int:
     for r in reports:
         t = by_name.get(r.target)
         # a zoo row is caught only by the kinds it declares for this device; any finding for another target
-        expected[r.target] = zoo.entry(t.zoo_id).caught_as(device) if t and t.zoo_id else None
+        expected[r.target] = registry.zoo_entry(t.zoo_id).caught_as(device) if t and t.zoo_id else None
         rows.append({**r.to_json(), "zoo_id": t.zoo_id if t else None, "bug": t.bug if t else None,
                      "caught": _zoo_caught(r, expected[r.target]),
                      "caught_as": list(expected[r.target]) if expected[r.target] else None})

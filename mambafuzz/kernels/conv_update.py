@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
+from .zoo import ZooEntry
 
 CONTRACT = "conv_update"
 DESCRIPTION = ("Triton causal-conv1d update: grid (rows, channel blocks), the window in registers before "
@@ -261,3 +262,54 @@ def contract_fn(variant=None):
                            initial_state_idx, last_state_idx, out, activation=activation, pad_slot_id=pad_slot_id,
                            max_query_len=max_query_len, variant=variant)
     return fn
+
+
+# Zoo rows (SPEC 2.7.1): the conv-state index bugs engines shipped in 2025-2026; kernels.registry lists them.
+ZOO = (
+    ZooEntry(
+        "CU-NOCLAMP", "conv_update", "wrong",
+        "accepted count 0 read as window column -1, no clamp (vLLM #56419, PR #48475)",
+        "conv_update(variant='CU-NOCLAMP'): off = nacc - 1, not max(nacc - 1, 0)",
+        "wrong when a row has nacc = 0 (--min-accepted 0): the window starts one column early, in the "
+        "previous channel or slot, or before the arena (out of bounds)",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault"), options=(("min_accepted", "0"),)),
+    ZooEntry(
+        "CU-DSTPAD", "conv_update", "wrong",
+        "the write slot never checked for the pad: a pad destination stores slot -1 (before the pool) or slot 0",
+        "conv_update(variant='CU-DSTPAD'): store = True whatever idx[b, last] holds",
+        "wrong when a live row's write column holds the pad (prefix caching): bytes before the pool, or "
+        "out of bounds",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+    ZooEntry(
+        "CU-PAD0", "conv_update", "wrong",
+        "pad -1 clamped to 0: a pad row reads and stores slot 0, a live slot (tokenspeed #700; vLLM #33937, "
+        "#35431)",
+        "conv_update(variant='CU-PAD0'): src, dst = max(src, 0), max(dst, 0)",
+        "wrong when a row is pad (-1): slot 0 gets its state",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch",)),
+    ZooEntry(
+        "CU-NARROW", "conv_update", "wrong",
+        "conv state not widened for draft tokens: a spec step stores W - 1 columns, the drafts' windows lost "
+        "(vLLM #50272)",
+        "conv_update(variant='CU-NARROW'): the non-spec store in spec mode",
+        "wrong in spec mode whenever a row has more than one token",
+        cpu=("mismatch",), gpu=("mismatch",)),
+    ZooEntry(
+        "CU-COL0", "conv_update", "wrong",
+        "the window read at column 0 instead of nacc - 1 after verification (vLLM #39273)",
+        "conv_update(variant='CU-COL0'): off = 0 in spec mode",
+        "wrong when a row accepted more than one token",
+        cpu=("mismatch",), gpu=("mismatch",)),
+    ZooEntry(
+        "CU-ROWSTRIDE", "conv_update", "wrong",
+        "the index array's row stride ignored: a non-contiguous [B, C] (or strided [B]) view read as contiguous",
+        "conv_update(variant='CU-ROWSTRIDE'): row b at b * C, not b * stride(0)",
+        "wrong when the index rows are further apart than their columns",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+    ZooEntry(
+        "CU-I32", "conv_update", "wrong",
+        "the state offset slot * stride in 32 bits: a slot past 2 GiB wraps (the int32-offset family)",
+        "conv_update(variant='CU-I32'): (slot.to(int32) * stride.to(int32))",
+        "wrong or out of bounds when a named slot starts past 2 GiB",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+)

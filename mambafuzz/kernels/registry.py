@@ -18,17 +18,19 @@ Importing this module imports torch and triton (the kernels) but nothing from
 from __future__ import annotations
 
 import difflib
+import importlib
+import pkgutil
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
 from . import batch_memcpy as _bm
-from . import conv_update as _cu
 from . import postprocess as _pp
 from . import slots as _sl
 from . import state_copy as _sc
-from . import state_scatter as _st
 from . import torch_path as _tp
-from .zoo import ZOO
+from . import zoo as _zoo
+from .zoo import ZooEntry
 
 KINDS = ("correct", "torch", "zoo", "user")
 OVERLAPS = ("full", "left")
@@ -202,9 +204,7 @@ def _register_builtins():
         "torch.slot_fork", "slot_fork", "torch", "full",
         "torch path: view[:, dst[i, n]] = view[:, src[i]] on [L, S, slot bytes] byte views",
         _sl.torch_slot_fork))
-    for e in ZOO:
-        if e.contract not in _FACTORIES:
-            continue  # a module of _DECLARING's
+    for e in _zoo.ZOO:
         name = f"zoo.{e.id}"
         fn = _named(_FACTORIES[e.contract](e.variant), name,
                     f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}.")
@@ -212,12 +212,32 @@ def _register_builtins():
                         bug=e.kind, zoo_id=e.id, amplifiable=True))
 
 
-# Kernel modules that declare their targets: CONTRACT (its name), DESCRIPTION, contract_fn(variant), torch_fn.
-# Their kernels take no perturb= (on a GPU, mambafuzz.instrument adds warp delays as to a user's).
-_DECLARING = (_cu, _st)
+# Kernel modules that declare their targets: CONTRACT (its name), DESCRIPTION, contract_fn(variant), torch_fn
+# and ZOO (its rows).  Any module of this package that defines CONTRACT is one: adding a contract's kernels
+# touches no line here.  Their kernels take no perturb= (on a GPU, mambafuzz.instrument adds warp delays as
+# to a user's).
+def _declaring_modules():
+    found = []
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
+        if info.name == "registry" or info.ispkg:
+            continue
+        module = importlib.import_module(f"{__package__}.{info.name}")
+        if isinstance(getattr(module, "CONTRACT", None), str):
+            found.append(module)
+    return tuple(found)
 
 
+_DECLARING = _declaring_modules()
 DECLARED = tuple(m.CONTRACT for m in _DECLARING)  # their contracts: targets not amplifiable, arena= optional
+ZOO: tuple[ZooEntry, ...] = _zoo.ZOO + tuple(e for m in _DECLARING for e in m.ZOO)  # every zoo row
+ZOO_BY_ID = {e.id: e for e in ZOO}
+
+
+def zoo_entry(zoo_id: str) -> ZooEntry:
+    try:
+        return ZOO_BY_ID[zoo_id]
+    except KeyError:
+        raise KeyError(f"unknown zoo id {zoo_id!r}; known: {', '.join(ZOO_BY_ID)}") from None
 
 
 def _register_declared():
@@ -228,12 +248,14 @@ def _register_declared():
         register(Target(f"triton.{contract}", contract, "correct", "full", module.DESCRIPTION, fn))
         register(Target(f"torch.{contract}", contract, "torch", "full", module.torch_fn.__doc__.splitlines()[0],
                         module.torch_fn))
-        for e in ZOO:
-            if e.contract == contract:
-                fn = module.contract_fn(e.variant)
-                fn.__doc__ = f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}."
-                register(Target(f"zoo.{e.id}", contract, "zoo", "full", e.description, fn, bug=e.kind,
-                                zoo_id=e.id, options=dict(e.options)))
+        for e in module.ZOO:
+            if e.contract != contract:
+                raise ValueError(f"{module.__name__}: zoo row {e.id} is for {e.contract!r}, the module's contract "
+                                 f"is {contract!r}")
+            fn = module.contract_fn(e.variant)
+            fn.__doc__ = f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}."
+            register(Target(f"zoo.{e.id}", contract, "zoo", "full", e.description, fn, bug=e.kind,
+                            zoo_id=e.id, options=dict(e.options)))
 
 
 _register_builtins()

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
+from .zoo import ZooEntry
 
 CONTRACT = "state_scatter"
 DESCRIPTION = ("Triton state scatter: grid (rows, layers, element blocks), the valid-row mask, tensor strides, "
@@ -101,3 +102,23 @@ def contract_fn(variant=None):
     def fn(pool, states, dst_indices, step_indices):
         return state_scatter(pool, states, dst_indices, step_indices, variant=variant)
     return fn
+
+
+# Zoo rows (SPEC 2.7.2): the commit scatter after verification; kernels.registry lists them.
+ZOO = (
+    ZooEntry(
+        "SS-WW", "state_scatter", "wrong + racy",
+        "scatter with two valid rows on one slot: the step mask ignored (-1 clamped to 0), so a skipped row "
+        "writes its slot too, another row's (the race of SGLang's accept/track multi scatter)",
+        "state_scatter(variant='SS-WW'): step = max(step, 0) before the valid-row test",
+        "race when the skipped row's slot is a valid row's (two programs store it); wrong bytes when "
+        "the slot is its own or the skipped row runs last",
+        cpu=("race", "mismatch"), gpu=("mismatch",)),
+    ZooEntry(
+        "SS-FREED0", "state_scatter", "wrong",
+        "a freed row's destination defaulting to slot 0, which another row owns (SGLang #29449)",
+        "state_scatter(variant='SS-FREED0'): dst = max(dst, 0)",
+        "wrong when a row with a dst of -1 has a step in range: slot 0 gets its state (a race as well "
+        "when a valid row writes slot 0)",
+        cpu=("mismatch", "race"), gpu=("mismatch",)),
+)

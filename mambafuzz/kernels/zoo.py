@@ -1,4 +1,7 @@
-"""The bug zoo (SPEC section 5) as data.
+"""The bug zoo (SPEC section 5) as data: the row type, and the rows of the pointer and slot kernels.
+
+A kernel module that declares its own targets (``kernels/registry.py``) lists its
+rows next to its kernel, as ``ZOO``; ``registry.ZOO`` is every row.
 
 Every entry is the project's correct kernel with exactly one bug, switched on
 by a constexpr flag (compiled out of the correct kernel) or, for PP-INPLACE,
@@ -170,76 +173,4 @@ ZOO = (
         "wrong when the slot stride is padded; the last slot's copy can run past the buffer and the "
         "arena (out of bounds)",
         cpu=("mismatch", "oob"), gpu=("mismatch", "fault")),
-    # the conv-state update of a (spec-)decode step (SPEC 2.7.1): the index bugs engines shipped in 2025-2026
-    ZooEntry(
-        "CU-NOCLAMP", "conv_update", "wrong",
-        "accepted count 0 read as window column -1, no clamp (vLLM #56419, PR #48475)",
-        "conv_update(variant='CU-NOCLAMP'): off = nacc - 1, not max(nacc - 1, 0)",
-        "wrong when a row has nacc = 0 (--min-accepted 0): the window starts one column early, in the "
-        "previous channel or slot, or before the arena (out of bounds)",
-        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault"), options=(("min_accepted", "0"),)),
-    ZooEntry(
-        "CU-DSTPAD", "conv_update", "wrong",
-        "the write slot never checked for the pad: a pad destination stores slot -1 (before the pool) or slot 0",
-        "conv_update(variant='CU-DSTPAD'): store = True whatever idx[b, last] holds",
-        "wrong when a live row's write column holds the pad (prefix caching): bytes before the pool, or "
-        "out of bounds",
-        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
-    ZooEntry(
-        "CU-PAD0", "conv_update", "wrong",
-        "pad -1 clamped to 0: a pad row reads and stores slot 0, a live slot (tokenspeed #700; vLLM #33937, "
-        "#35431)",
-        "conv_update(variant='CU-PAD0'): src, dst = max(src, 0), max(dst, 0)",
-        "wrong when a row is pad (-1): slot 0 gets its state",
-        cpu=("mismatch", "oob", "race"), gpu=("mismatch",)),
-    ZooEntry(
-        "CU-NARROW", "conv_update", "wrong",
-        "conv state not widened for draft tokens: a spec step stores W - 1 columns, the drafts' windows lost "
-        "(vLLM #50272)",
-        "conv_update(variant='CU-NARROW'): the non-spec store in spec mode",
-        "wrong in spec mode whenever a row has more than one token",
-        cpu=("mismatch",), gpu=("mismatch",)),
-    ZooEntry(
-        "CU-COL0", "conv_update", "wrong",
-        "the window read at column 0 instead of nacc - 1 after verification (vLLM #39273)",
-        "conv_update(variant='CU-COL0'): off = 0 in spec mode",
-        "wrong when a row accepted more than one token",
-        cpu=("mismatch",), gpu=("mismatch",)),
-    ZooEntry(
-        "CU-ROWSTRIDE", "conv_update", "wrong",
-        "the index array's row stride ignored: a non-contiguous [B, C] (or strided [B]) view read as contiguous",
-        "conv_update(variant='CU-ROWSTRIDE'): row b at b * C, not b * stride(0)",
-        "wrong when the index rows are further apart than their columns",
-        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
-    ZooEntry(
-        "CU-I32", "conv_update", "wrong",
-        "the state offset slot * stride in 32 bits: a slot past 2 GiB wraps (the int32-offset family)",
-        "conv_update(variant='CU-I32'): (slot.to(int32) * stride.to(int32))",
-        "wrong or out of bounds when a named slot starts past 2 GiB",
-        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
-    # the commit scatter after verification (SPEC 2.7.2)
-    ZooEntry(
-        "SS-WW", "state_scatter", "wrong + racy",
-        "scatter with two valid rows on one slot: the step mask ignored (-1 clamped to 0), so a skipped row "
-        "writes its slot too, another row's (the race of SGLang's accept/track multi scatter)",
-        "state_scatter(variant='SS-WW'): step = max(step, 0) before the valid-row test",
-        "race when the skipped row's slot is a valid row's (two programs store it); wrong bytes when "
-        "the slot is its own or the skipped row runs last",
-        cpu=("race", "mismatch"), gpu=("mismatch",)),
-    ZooEntry(
-        "SS-FREED0", "state_scatter", "wrong",
-        "a freed row's destination defaulting to slot 0, which another row owns (SGLang #29449)",
-        "state_scatter(variant='SS-FREED0'): dst = max(dst, 0)",
-        "wrong when a row with a dst of -1 has a step in range: slot 0 gets its state (a race as well "
-        "when a valid row writes slot 0)",
-        cpu=("mismatch", "race"), gpu=("mismatch",)),
 )
-
-BY_ID = {e.id: e for e in ZOO}
-
-
-def entry(zoo_id: str) -> ZooEntry:
-    try:
-        return BY_ID[zoo_id]
-    except KeyError:
-        raise KeyError(f"unknown zoo id {zoo_id!r}; known: {', '.join(BY_ID)}") from None

@@ -3,10 +3,10 @@ row; the correct Triton kernel and the torch path clean under the same fuzzing, 
 import pytest
 
 from common import caught_and_shrunk, zoo_options
-from mambafuzz.kernels import registry, zoo
+from mambafuzz.kernels import registry
 from mambafuzz.search.fuzz import fuzz_target
 
-ROWS = [e.id for e in zoo.ZOO if e.contract == "conv_update"]
+ROWS = [e.id for e in registry.ZOO if e.contract == "conv_update"]
 
 
 

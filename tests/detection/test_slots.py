@@ -20,7 +20,7 @@ from mambafuzz.contracts.slot_fork import SlotForkCase
 from mambafuzz.judge.engine import run_case
 from mambafuzz.errors import CaseError
 from mambafuzz.search.fuzz import fuzz_target
-from mambafuzz.kernels import registry, zoo
+from mambafuzz.kernels import registry
 from mambafuzz.kernels import slots as kslots
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle import OracleError, SlotBuffer, SlotConflict
@@ -356,7 +356,7 @@ def test_the_race_check_flags_every_chain_and_nothing_else(zoo_id, contract):
 
 
 def test_zoo_rows_are_in_the_table_and_registry():
-    rows = {e.id: e for e in zoo.ZOO if e.contract in ("slot_copy", "slot_fork")}
+    rows = {e.id: e for e in registry.ZOO if e.contract in ("slot_copy", "slot_fork")}
     assert set(rows) == set(SLOT_ZOO)
     for zoo_id, e in rows.items():
         t = registry.get(f"zoo.{zoo_id}")
@@ -371,7 +371,7 @@ def test_every_slot_zoo_row_is_caught_and_shrunk(zoo_id, tmp_path):
                                                                      database=None))
     f = report.finding
     assert f is not None, f"{zoo_id} escaped {report.examples} examples"
-    assert f.verdict.kind in zoo.entry(zoo_id).caught_as("cpu"), f.verdict.summary()
+    assert f.verdict.kind in registry.zoo_entry(zoo_id).caught_as("cpu"), f.verdict.summary()
     case = f.case
     b = case.buffers[0]
     assert len(case.buffers) == 1, case.describe()

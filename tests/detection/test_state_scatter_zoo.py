@@ -5,11 +5,11 @@ import pytest
 from mambafuzz.contracts.cases.state_scatter import StateScatterCase
 from mambafuzz.judge.engine import run_case
 from common import caught_and_shrunk, zoo_options
-from mambafuzz.kernels import registry, zoo
+from mambafuzz.kernels import registry
 from mambafuzz.oracle import SlotBuffer
 from mambafuzz.search.fuzz import fuzz_target
 
-ROWS = [e.id for e in zoo.ZOO if e.contract == "state_scatter"]
+ROWS = [e.id for e in registry.ZOO if e.contract == "state_scatter"]
 
 
 

@@ -10,16 +10,16 @@ from hypothesis import HealthCheck, given, settings
 
 from mambafuzz import cli, strategies
 from common import zoo_options
-from mambafuzz.kernels import registry, zoo
+from mambafuzz.kernels import registry
 from mambafuzz.judge.engine import KINDS, run_case
 from mambafuzz.search.fuzz import fuzz_target
 from mambafuzz.report import build
 
 MATRIX = pytest.mark.matrix  # the long detection matrix: `pytest -m matrix`
 RACY = {"BM-NOGUARD", "SD-SPAN", "DS-ROW", "PP-INPLACE"}  # right bytes in the interpreter: only the recorder sees them
-ZOO_IDS = [e.id for e in zoo.ZOO]
+ZOO_IDS = [e.id for e in registry.ZOO]
 # the slot contracts' rows are caught and shrunk in test_slots.py, conv_update's and state_scatter's in their own
-POINTER_ZOO_IDS = [e.id for e in zoo.ZOO if e.contract in ("batch_memcpy", "state_copy", "postprocess")]
+POINTER_ZOO_IDS = [e.id for e in registry.ZOO if e.contract in ("batch_memcpy", "state_copy", "postprocess")]
 
 
 
@@ -41,7 +41,7 @@ def test_every_zoo_variant_is_caught_and_shrunk(zoo_id, tmp_path):
     report = fuzz_target(target, zoo_options(tmp_path))
     f = report.finding
     assert f is not None, f"{zoo_id} escaped {report.examples} examples"
-    assert f.verdict.kind in zoo.entry(zoo_id).caught_as("cpu"), f.verdict.summary()
+    assert f.verdict.kind in registry.zoo_entry(zoo_id).caught_as("cpu"), f.verdict.summary()
     if zoo_id in RACY:
         assert f.verdict.hazards, f.verdict.summary()
         assert {h.kind for h in f.verdict.hazards} & {"intra-program", "cross-program"}
@@ -57,7 +57,7 @@ def test_every_zoo_variant_is_caught_and_shrunk(zoo_id, tmp_path):
 
 
 def test_every_row_declares_the_kinds_that_catch_it():
-    for e in zoo.ZOO:
+    for e in registry.ZOO:
         for device in ("cpu", "cuda"):
             kinds = e.caught_as(device)
             assert kinds and set(kinds) <= set(KINDS) and "exception" not in kinds, (e.id, device, kinds)

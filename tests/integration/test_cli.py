@@ -17,8 +17,8 @@ def test_list_json(tmp_path):
     targets = {t["name"]: t for t in json.loads(proc.stdout)}
     assert targets["triton.batch_memcpy"]["kind"] == "correct"
     zoo = [t for t in targets.values() if t["kind"] == "zoo"]
-    from mambafuzz.kernels import zoo as zoo_rows  # every row the zoo declares, listed once, with its bug
-    assert sorted(t["name"] for t in zoo) == sorted(f"zoo.{e.id}" for e in zoo_rows.ZOO) and all(t["bug"] for t in zoo)
+    from mambafuzz.kernels import registry  # every row the zoo declares, listed once, with its bug
+    assert sorted(t["name"] for t in zoo) == sorted(f"zoo.{e.id}" for e in registry.ZOO) and all(t["bug"] for t in zoo)
 
 
 @pytest.mark.parametrize("args, needles", [

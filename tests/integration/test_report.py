@@ -255,6 +255,7 @@ def many_targets_report(n: int = 17) -> dict:
 
 @needs_chromium
 @needs_plotly
+@pytest.mark.matrix
 def test_the_throughput_of_17_targets_is_a_chart_each_named_with_no_legend_to_cut_off(tmp_path):
     src = tmp_path / "many.json"
     src.write_text(json.dumps(many_targets_report(17)))

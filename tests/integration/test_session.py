@@ -175,6 +175,7 @@ def redis_url(tmp_path):
     proc.wait(10)
 
 
+@pytest.mark.matrix
 def test_two_workers_share_one_redis_corpus(workdir, redis_url):
     import redis
 

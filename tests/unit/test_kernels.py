@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 from mambafuzz import kernels  # noqa: E402
 from mambafuzz import oracle  # noqa: E402
-from mambafuzz.kernels import registry, zoo  # noqa: E402
+from mambafuzz.kernels import registry  # noqa: E402
 from mambafuzz.kernels.batch_memcpy import BLOCK  # noqa: E402
 from mambafuzz.oracle import PoolLayout  # noqa: E402
 
@@ -607,8 +607,8 @@ SLOT_ZOO = {"SLOT-CHAIN": "racy (cross-program)", "FORK-CHAIN": "racy (cross-pro
 
 def test_zoo_table_matches_spec():
     # the copy contracts' rows; a declaring kernel module's rows are checked in its contract's own tests
-    assert {e.id: e.kind for e in zoo.ZOO if e.contract not in registry.DECLARED} == {**SPEC_ZOO, **SLOT_ZOO}
-    for e in zoo.ZOO:
+    assert {e.id: e.kind for e in registry.ZOO if e.contract not in registry.DECLARED} == {**SPEC_ZOO, **SLOT_ZOO}
+    for e in registry.ZOO:
         t = registry.get(f"zoo.{e.id}")
         assert (t.kind, t.bug, t.zoo_id, t.contract) == ("zoo", e.kind, e.id, e.contract)
         assert e.description and "\n" not in e.description and e.produced_by
