@@ -23,52 +23,13 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.conv_update import DTYPES, ConvUpdateCase
+from mambafuzz.contracts.cases.conv_update import ConvUpdateCase
 from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
-from mambafuzz.errors import UsageError
 from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, plan_conv_update
 
 from .base import Argument, CliOption, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-
-_RAW = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
-
-
-def to_float64(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Stored elements (float32, float16, or bfloat16 as its uint16 bits) as float64."""
-    if dtype == "bfloat16":
-        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return raw.astype(np.float64)
-
-
-def from_float64(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float64 values that `dtype` holds exactly (copies of stored ones) back as stored elements."""
-    if dtype == "bfloat16":
-        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    return values.astype(_RAW[dtype])
-
-
-def finite_values(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
-    """`n` normal values of unit size (so a wrong slot or column is a large error), stored as `dtype`."""
-    values = rng.standard_normal(n).astype(np.float32)
-    if dtype == "bfloat16":
-        return (values.view(np.uint32) >> 16).astype(np.uint16)
-    return values.astype(_RAW[dtype])
-
-
-def _pad(value) -> int:
-    pad = int(value) if str(value).lstrip("-").isdigit() else None
-    if pad not in (-1, 0):
-        raise UsageError(f"conv_update option pad must be -1 or 0, got {value!r}")
-    return pad
-
-
-def _min_accepted(value) -> int:
-    got = int(value) if str(value).isdigit() else None
-    if got not in (0, 1):
-        raise UsageError(f"conv_update option min_accepted must be 0 or 1, got {value!r}")
-    return got
-
+from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, to_float64
 
 class ConvUpdate(Contract):
     name = "conv_update"
@@ -111,7 +72,8 @@ class ConvUpdate(Contract):
 
     def strategy(self, profile, pad="-1", min_accepted="1", ill_posed: bool = False, **_):
         from mambafuzz.strategies.conv_update import conv_update_cases
-        return conv_update_cases(profile, pad=_pad(pad), min_accepted=_min_accepted(min_accepted),
+        return conv_update_cases(profile, pad=pad_option(self.name, pad),
+                                 min_accepted=min_accepted_option(self.name, min_accepted),
                                  ill_posed=ill_posed)
 
     # ------------------------------------------------------------ memory
@@ -159,7 +121,7 @@ class ConvUpdate(Contract):
 
     def _pool(self, case: ConvUpdateCase, snapshot: np.ndarray, starts) -> np.ndarray:
         """The held slots' states as float64 [U, dim, SL]."""
-        raw = np.stack([snapshot[s:s + case.slot_bytes].view(_RAW[case.dtype]) for s in starts])
+        raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
         if case.layout == "dim":
             values = raw.reshape(len(starts), case.state_len, case.dim).transpose(0, 2, 1)
         else:

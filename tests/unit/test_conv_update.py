@@ -4,7 +4,7 @@ import pytest
 
 from mambafuzz import contracts
 from mambafuzz.contracts.cases.conv_update import ConvUpdateCase
-from mambafuzz.contracts.conv_update import from_float64, to_float64
+from mambafuzz.contracts.updates import from_float64, to_float64
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle import OracleError
 from mambafuzz.oracle.conv_update import IllPosedUpdate, conv_tolerance, expect_conv_update

@@ -1,0 +1,47 @@
+"""What every update contract of SPEC 2.7 shares: stored floats to float64 and back, distinct finite
+values to fill slots with, and the pad and min-accepted options."""
+from __future__ import annotations
+
+import numpy as np
+
+from mambafuzz.errors import UsageError
+
+RAW = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+
+
+def to_float64(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored elements (float32, float16, or bfloat16 as its uint16 bits) as float64."""
+    if dtype == "bfloat16":
+        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return raw.astype(np.float64)
+
+
+def from_float64(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values that `dtype` holds exactly (copies of stored ones) back as stored elements."""
+    if dtype == "bfloat16":
+        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return values.astype(RAW[dtype])
+
+
+def finite_values(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
+    """`n` normal values of unit size (so a wrong slot or column is a large error), stored as `dtype`."""
+    values = rng.standard_normal(n).astype(np.float32)
+    if dtype == "bfloat16":
+        return (values.view(np.uint32) >> 16).astype(np.uint16)
+    return values.astype(RAW[dtype])
+
+
+def pad_option(contract: str, value) -> int:
+    """The pad value P of SPEC 2.7 (-1 or 0) from an option's text; UsageError in one line otherwise."""
+    pad = int(value) if str(value).lstrip("-").isdigit() else None
+    if pad not in (-1, 0):
+        raise UsageError(f"{contract} option pad must be -1 or 0, got {value!r}")
+    return pad
+
+
+def min_accepted_option(contract: str, value) -> int:
+    """Whether the engine can issue nacc = 0 (0) or not (1), from an option's text."""
+    got = int(value) if str(value).isdigit() else None
+    if got not in (0, 1):
+        raise UsageError(f"{contract} option min_accepted must be 0 or 1, got {value!r}")
+    return got
