@@ -126,6 +126,12 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--gpus", default=None, metavar="all|N",
                    help="one worker per GPU (implies --isolate and --device cuda)")
     p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
+    p.add_argument("--workers-per-gpu", type=_processes, default="auto", metavar="auto|K",
+                   help="on cuda with --isolate, K workers fuzz each GPU at once, under a CUDA MPS daemon of "
+                        "the session's own (auto: 1 core in 2 per GPU, at most 8; 1: one worker)")
+    p.add_argument("--mps", action=argparse.BooleanOptionalAction, default=True,
+                   help="with more than one worker per GPU, start a private CUDA MPS daemon so that their "
+                        "kernels run side by side instead of time-slicing (--no-mps: time-slice)")
     p.add_argument("--precompile", type=_processes, default="auto", metavar="auto|N",
                    help="on cuda, N helper processes build each target's Triton kernels ahead of its turn "
                         "(auto: the spare cores, at most 8; 0: off)")
@@ -410,13 +416,19 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
     deadline = Deadline(args.time)  # --time: the run's one clock, started when fuzzing can
 
     gpus = _gpu_list(args.gpus, device)
+    per_gpu = 1
+    if device == "cuda" and (isolate or args.gpus):
+        from mambafuzz.run.mps import default_workers_per_gpu
+        per_gpu = default_workers_per_gpu(len(gpus) if gpus else 1) if args.workers_per_gpu == "auto" \
+            else args.workers_per_gpu
     helpers = args.precompile
     if helpers == "auto":
-        helpers = precompile.default_processes(device, len(gpus) if gpus else 1)
+        helpers = precompile.default_processes(device, (len(gpus) if gpus else 1) * per_gpu)
     with _View(title, quiet=json_out) as view:
         if isolate or args.gpus:
             return runner.run_isolated(
-                targets, opts, deadline=deadline, workers=args.workers, gpus=gpus,
+                targets, opts, deadline=deadline, workers=args.workers, gpus=gpus, workers_per_gpu=per_gpu,
+                mps=args.mps,
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
                 on_resume=lambda done: err.print(f"resuming a saved session: {len(done)} target(s) already done "
                                                  f"({', '.join(done)}); --fresh starts over", highlight=False),

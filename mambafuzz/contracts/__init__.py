@@ -31,6 +31,8 @@ BUILTIN = (
     "mambafuzz.contracts.slot_fork",
     "mambafuzz.contracts.conv_update",
     "mambafuzz.contracts.state_scatter",
+    "mambafuzz.contracts.ssm_update",
+    "mambafuzz.contracts.delta_update",
 )
 ENTRY_POINTS = "mambafuzz.contracts"
 

@@ -20,6 +20,7 @@ case unperturbed.  In the interpreter the perturbation compiles to nothing.
 """
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -262,6 +263,11 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     except (CaseError, Rejected, Inconclusive, InternalError):
         raise
     except Exception as exc:
+        if type(exc).__name__ == "OutOfMemoryError" and os.environ.get("MAMBAFUZZ_GPU_MEMORY_SHARE"):
+            # several workers share the GPU (run.mps): the case is too big for this one's share; the
+            # GPU's first worker, with half the memory, draws such cases too
+            raise Rejected(f"too big for this worker's share of the GPU memory "
+                           f"({float(os.environ['MAMBAFUZZ_GPU_MEMORY_SHARE']):.0%})") from exc
         raise _ours("running the case", exc) from exc
 
 

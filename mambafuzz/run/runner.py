@@ -13,12 +13,15 @@ example, then every target not reached is reported as interrupted.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import time
 from typing import Callable
 
 from mambafuzz.run import interrupt
 from mambafuzz.run.clock import Deadline
+from mambafuzz.run import mps as mps_daemon
 from mambafuzz.run import precompile
 from mambafuzz.run.session import Session, SessionOptions, plain_options
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target
@@ -80,19 +83,37 @@ def _in_process(targets: list, opts: FuzzOptions, deadline: Deadline,
 def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadline(), workers: int = 1,
                  gpus: list[int] | None = None, hang_timeout: float = 120.0, fresh: bool = False,
                  on_update: Update | None = None, on_resume: Callable[[list[str]], None] | None = None,
-                 precompile_processes: int = 0) -> list[TargetReport]:
-    """Targets in worker processes (one per GPU with `gpus`), resumable; the workers receive the
-    run's `deadline`, start it when ready and take each target's share of it when the target starts;
-    `precompile_processes` helpers build kernels ahead (``precompile``)."""
+                 precompile_processes: int = 0, workers_per_gpu: int = 1, mps: bool = True) -> list[TargetReport]:
+    """Targets in worker processes (one per GPU with `gpus`, `workers_per_gpu` on cuda), resumable; the
+    workers receive the run's `deadline`, start it when ready and take each target's share of it when
+    the target starts; `precompile_processes` helpers build kernels ahead (``precompile``); several
+    workers on a GPU run under a private MPS daemon unless `mps` is False (``run.mps``)."""
     entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
                 **({"path": t.path} if getattr(t, "path", None) else {})}
                for t in targets]
     sopts = SessionOptions(device=opts.device, options=plain_options(opts),
                            workers=workers, gpus=gpus, hang_timeout=hang_timeout, fresh=fresh,
-                           deadline=deadline)
+                           deadline=deadline, workers_per_gpu=workers_per_gpu if opts.device == "cuda" else 1)
     session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())))
     if session.resumed() and on_resume is not None:
         on_resume(session.resumed())
     ahead = [t for t in targets if t.name not in session.done]
-    with precompile.ahead(ahead, opts, precompile_processes, gpus):
-        return session.run()
+    with mps_daemon.daemon(mps and sopts.workers_per_gpu > 1) as (env, why):
+        session.mps = why is None
+        with _environ(env), precompile.ahead(ahead, opts, precompile_processes, gpus):  # children inherit it
+            return session.run()
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]):
+    """`env` in os.environ for the span (child processes started inside inherit it)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -35,6 +35,7 @@ from mambafuzz.search.features import Tally
 from mambafuzz.findings import Finding, atomic_write_json
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, write_error
 from mambafuzz.run.clock import Deadline
+from mambafuzz.run.mps import memory_share
 from mambafuzz.report.outcome import WORKER_CONTEXT_LOST, WORKER_DONE
 
 
@@ -49,6 +50,7 @@ class WorkerSpec:
     options: dict                # FuzzOptions fields, plain
     seed_offset: int = 0
     deadline: Deadline = Deadline()  # --time; started by the worker when it is ready, unless already
+    memory_share: float | None = None  # of its GPU's memory, when several workers share the GPU
 
 
 # --------------------------------------------------------------------- worker
@@ -64,6 +66,9 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     from mambafuzz.run import device as device_mod
 
     device_mod.select(spec.device)
+    if spec.memory_share is not None:
+        from mambafuzz.run.mps import bound_memory
+        bound_memory(spec.memory_share)
     interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
     from mambafuzz.cli.targets import resolve
 
@@ -131,6 +136,7 @@ class SessionOptions:
     options: dict                      # FuzzOptions fields, plain (profile by name)
     workers: int = 1
     gpus: list[int] | None = None
+    workers_per_gpu: int = 1           # on cuda: workers fuzzing each GPU at once (run.mps)
     hang_timeout: float = 120.0
     state_dir: Path | None = Path(".mambafuzz/sessions")
     fresh: bool = False
@@ -169,6 +175,7 @@ class Session:
         self.deadline = sopts.deadline
         self._partials: dict[str, dict] = {}
         self.restarts = 0
+        self.mps = False  # whether the workers run under an MPS daemon (runner.run_isolated says)
         if self.state_path and self.state_path.exists() and not sopts.fresh:
             self._load_state()
 
@@ -196,9 +203,10 @@ class Session:
 
     # -- running
     def _start(self, index: int, gpu: int | None, remaining: list[dict], ctx) -> _Live:
+        k = self.sopts.workers_per_gpu
         spec = WorkerSpec(index=index, device=self.sopts.device, gpu=gpu, targets=remaining,
                           options=self.sopts.options, seed_offset=7919 * index + 104729 * self.restarts,
-                          deadline=self.deadline)
+                          deadline=self.deadline, memory_share=memory_share(index % k, k) if k > 1 else None)
         parent_conn, child_conn = ctx.Pipe(duplex=False)
         process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=True)
         process.start()
@@ -251,6 +259,8 @@ class Session:
         ctx = mp.get_context("spawn")
         todo = [t for t in self.targets if t["spec"] not in self.done]
         slots = self.sopts.gpus if self.sopts.gpus else [None] * max(1, self.sopts.workers)
+        if self.sopts.workers_per_gpu > 1:
+            slots = [gpu for gpu in (self.sopts.gpus or [None]) for _ in range(self.sopts.workers_per_gpu)]
         live: list[_Live] = [self._start(i, gpu, todo, ctx) for i, gpu in enumerate(slots)] if todo else []
         interrupted = False
         try:

@@ -1,0 +1,153 @@
+"""The `ssm_update` case (SPEC 2.7.3): one Mamba2 selective-state-update step over a state pool.
+
+The pool is ``[slots, heads, dim, dstate]`` elements of ``dtype`` (contiguous
+inside a slot), slots ``slot_stride`` bytes apart from byte ``offset``.  Row b
+has ``lens[b]`` tokens (``varlen``: packed ``[T, H, D]`` with ``cu_seqlens``;
+else one token each, ``[B, H, D]``); x, dt, z, B, C and the outputs are
+``io_dtype``, A, D and dt_bias float32.  ``src[b]`` / ``dst[b]`` are the index
+rows (``C`` columns; ``dst`` None: dst is src), elements ``idx_col_stride``
+apart and rows ``idx_row_stride`` apart.  Spec decode: ``nacc``.
+
+``exact`` draws values for which every kernel's fp32 arithmetic is exact
+(A = 0, no softplus, small dyadic x, dt, B and pool values): the pool then
+lives in the arena and is compared byte for byte (slot padding and pools past
+2 GiB included); otherwise the pool is its own tensor, compared within a
+tolerance where a row stores and exactly elsewhere.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from mambafuzz.contracts.cases import CaseBase, check_int, check_int_list, check_nested, show
+from mambafuzz.errors import CaseError
+
+DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+PADS = (-1, 0)
+
+
+def _one_of(name: str, choices):
+    def check(value) -> None:
+        if value not in choices:
+            raise CaseError(f"case field {name!r} must be one of {', '.join(map(str, choices))}, got {show(value)}")
+    return check
+
+
+def _bool(name: str):
+    def check(value) -> None:
+        if not isinstance(value, bool):
+            raise CaseError(f"case field {name!r} must be true or false, got {show(value)}")
+    return check
+
+
+def _table(name: str, optional: bool):
+    def check(value) -> None:
+        if value is None and optional:
+            return
+        check_nested(name, value, 2)
+        if len({len(row) for row in value}) > 1 or any(len(row) == 0 for row in value):
+            raise CaseError(f"case field {name!r} must be rectangular [B][C] with C >= 1")
+    return check
+
+
+def _optional_list(name: str, low: int):
+    def check(value) -> None:
+        if value is not None:
+            check_int_list(name, value, low)
+    return check
+
+
+@dataclass(frozen=True)
+class SsmUpdateCase(CaseBase):
+    contract: ClassVar[str] = "ssm_update"
+    FIELD_CHECKS: ClassVar[dict] = {
+        "arena_size": lambda v: check_int("arena_size", v, 1),
+        "dtype": _one_of("dtype", tuple(DTYPES)),
+        "io_dtype": _one_of("io_dtype", tuple(DTYPES)),
+        "offset": lambda v: check_int("offset", v, 0),
+        "slots": lambda v: check_int("slots", v, 1),
+        "heads": lambda v: check_int("heads", v, 1),
+        "groups": lambda v: check_int("groups", v, 1),
+        "dim": lambda v: check_int("dim", v, 1),
+        "dstate": lambda v: check_int("dstate", v, 1),
+        "slot_stride": lambda v: check_int("slot_stride", v, 1),
+        "lens": lambda v: check_int_list("lens", v, 0),
+        "src": _table("src", False),
+        "dst": _table("dst", True),
+        "idx_col_stride": lambda v: check_int("idx_col_stride", v, 1),
+        "idx_row_stride": lambda v: check_int("idx_row_stride", v, 1),
+        "nacc": _optional_list("nacc", 0),
+        "varlen": _bool("varlen"),
+        "has_z": _bool("has_z"),
+        "has_d": _bool("has_d"),
+        "has_dt_bias": _bool("has_dt_bias"),
+        "softplus": _bool("softplus"),
+        "a_per_head": _bool("a_per_head"),
+        "exact": _bool("exact"),
+        "pad": _one_of("pad", PADS),
+    }
+    arena_size: int
+    dtype: str
+    io_dtype: str
+    offset: int
+    slots: int
+    heads: int
+    groups: int
+    dim: int
+    dstate: int
+    slot_stride: int
+    lens: tuple[int, ...]
+    src: tuple[tuple[int, ...], ...]
+    dst: tuple[tuple[int, ...], ...] | None = None
+    idx_col_stride: int = 1
+    idx_row_stride: int = 1
+    nacc: tuple[int, ...] | None = None
+    varlen: bool = False
+    has_z: bool = True
+    has_d: bool = True
+    has_dt_bias: bool = True
+    softplus: bool = True
+    a_per_head: bool = False
+    exact: bool = False
+    pad: int = -1
+    seed: int = 0
+    perturb: tuple[int, int, int, int, int] | None = None
+
+    @property
+    def elem(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.heads * self.dim * self.dstate * self.elem
+
+    @property
+    def cols(self) -> int:
+        return len(self.src[0]) if self.src else 1
+
+    @property
+    def size(self) -> tuple:
+        """Shrinks towards fewer rows and tokens, a smaller state, fewer extras, low slot numbers."""
+        extras = (self.has_z + self.has_d + self.has_dt_bias + self.softplus + self.a_per_head + self.varlen
+                  + (self.dst is not None) + (self.nacc is not None) + (self.perturb is not None)
+                  + (self.dtype != "float32") + (self.io_dtype != "float32") + (not self.exact))
+        tables = (self.src,) + ((self.dst,) if self.dst is not None else ())
+        layout = (self.offset + self.slot_stride - self.slot_bytes + self.idx_col_stride + self.idx_row_stride
+                  + sum(abs(v) for t in tables for row in t for v in row) + self.slots + self.arena_size)
+        return (len(self.lens), sum(self.lens), self.heads * self.dim * self.dstate, self.cols, extras,
+                layout, self.seed != 0)
+
+    def describe(self) -> str:
+        def rows(table):
+            shown = ", ".join(str(list(r)) for r in table[:6])
+            return shown + (f", +{len(table) - 6} more" if len(table) > 6 else "")
+        spec = f", nacc {list(self.nacc)}" if self.nacc is not None else ""
+        dst = f"; dst {rows(self.dst)}" if self.dst is not None else ""
+        extras = [n for n, on in (("z", self.has_z), ("D", self.has_d), ("dt_bias", self.has_dt_bias),
+                                  ("softplus", self.softplus), ("A per head", self.a_per_head),
+                                  ("exact", self.exact)) if on]
+        return (f"pool {self.slots}x{self.heads}x{self.dim}x{self.dstate} {self.dtype} (stride {self.slot_stride} B)"
+                f" at +{self.offset}; groups {self.groups}, io {self.io_dtype}, lens {list(self.lens)}"
+                f"{' varlen' if self.varlen else ''}; src {rows(self.src)}{dst} (col stride {self.idx_col_stride}, "
+                f"row stride {self.idx_row_stride}){spec}; {', '.join(extras) or 'no extras'}; pad {self.pad}"
+                f"{self._perturb_note()}")

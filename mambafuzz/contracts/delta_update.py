@@ -1,0 +1,272 @@
+"""Contract `delta_update` (SPEC 2.7.4): the gated delta rule (GDN; KDA with a per-K decay) of a decode or
+spec-decode step, its state read from and stored to a pool through index arrays.
+
+The target gets vLLM's ``fused_recurrent_gated_delta_rule`` arguments (tokens packed: ``q``, ``k``
+``[T, H, K]``, ``v [T, HV, V]``, ``g``, ``beta``; ``initial_state`` the pool, updated in place;
+``cu_seqlens``, ``ssm_state_indices``, ``num_accepted_tokens``), SGLang's per-step buffer
+(``intermediate_states_buffer``, ``intermediate_state_indices``, ``cache_steps``) and ``out [T, HV, V]``
+to write.  The pool and the buffer are tensors of their own, not arena bytes: their new values are
+float math, so they are compared as ``Output``s within a per-element bound
+(``oracle.delta_tolerance``), exactly (bound 0) wherever a correct step writes nothing (every other
+slot, the pad slot, every buffer step not cached); ``out`` likewise, except tokens of skipped
+sequences (pad, no tokens), which are anything; every input exactly unchanged.  A write past a
+tensor is the CPU bounds fence's (``oob``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+
+from mambafuzz import oracle
+from mambafuzz.contracts.cases.delta_update import DeltaUpdateCase
+from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
+
+from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
+from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, to_float64
+
+
+class DeltaUpdate(Contract):
+    name = "delta_update"
+    case_type = DeltaUpdateCase
+    summary = "gated delta rule step (GDN / KDA): read idx[n, max(nacc - 1, 0)], update per token, store"
+    arguments = (
+        Argument("q", "act dtype", "[T, H, K]", "queries, sequences packed"),
+        Argument("k", "act dtype", "[T, H, K]", "keys"),
+        Argument("v", "act dtype", "[T, HV, V]", "values; HV a multiple of H (head hv uses key head hv // (HV/H))"),
+        Argument("g", "act dtype", "[T, HV] or [T, HV, K]", "log decay: per head (GDN) or per K (KDA)"),
+        Argument("beta", "act dtype", "[T, HV] or [T, HV, V]", "per head, or per V"),
+        Argument("initial_state", "float32, float16 or bfloat16", "[S, HV, V, K] or [S, HV, K, V]",
+                 "the pool, updated in place (state_layout says which)"),
+        Argument("cu_seqlens", "int32", "[N + 1]", "sequence n's tokens are cu[n]:cu[n+1]"),
+        Argument("ssm_state_indices", "int32", "[N] or [N, C] (row stride >= C)",
+                 "slots of sequence n; the pad value means none"),
+        Argument("num_accepted_tokens", "int32 or None", "[N]",
+                 "spec decode: read column max(nacc - 1, 0), store token t's state to column t"),
+        Argument("intermediate_states_buffer", "state dtype or None", "[R, cache_steps, HV, V, K] (or K, V)",
+                 "per-step states: token t of sequence n to [inter[n], t] for t < cache_steps"),
+        Argument("intermediate_state_indices", "int32 or None", "[N]", "buffer row of sequence n; < 0: none"),
+        Argument("out", "act dtype", "[T, HV, V]", "the outputs to write (skipped sequences: anything)"),
+    )
+    options = (
+        Argument("scale", "float", "", "q's scale (K ** -0.5)"),
+        Argument("use_qk_l2norm_in_kernel", "bool", "", "l2-normalise q and k (x / sqrt(sum x^2 + 1e-6))"),
+        Argument("state_layout", "str", "", "'vk' (V-major [.., V, K]) or 'kv' (K-major [.., K, V])"),
+        Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
+        Argument("cache_steps", "int", "", "the buffer's steps per row (0: no buffer)"),
+        Argument("max_query_len", "int", "", "the longest sequence's token count"),
+    )
+    cli_options = (
+        CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
+                                             "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
+        CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 (0) "
+                                                   "or always at least 1"),
+    )
+    buckets = {
+        "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),
+        "state_layout": ("vk", "kv"), "dims": ("K=V", "K!=V"), "dtype": ("float32", "float16", "bfloat16"),
+        "gate": ("head", "per-K"), "beta": ("head", "per-V"), "l2norm": NO_YES, "grouped": NO_YES,
+        "buffer": ("none", "enough", "short"), "index": ("1d", "2d", "2d-strided"), "empty_rows": NO_YES,
+    }
+
+    def strategy(self, profile, pad="-1", min_accepted="1", ill_posed: bool = False, **_):
+        from mambafuzz.strategies.delta_update import delta_update_cases
+        return delta_update_cases(profile, pad=pad_option(self.name, pad),
+                                  min_accepted=min_accepted_option(self.name, min_accepted), ill_posed=ill_posed)
+
+    # ------------------------------------------------------------ memory
+    def image(self, case: DeltaUpdateCase) -> Image:
+        rows = len(case.lens)
+        if len(case.idx) != rows or case.idx_stride < case.cols or (case.cols > 1 and not case.idx_2d):
+            raise oracle.OracleError("idx needs one row per sequence, a row stride of at least its columns, "
+                                     "and several columns need idx_2d")
+        for name in ("nacc", "inter_idx"):
+            if getattr(case, name) is not None and len(getattr(case, name)) != rows:
+                raise oracle.OracleError(f"{name} has {len(getattr(case, name))} entries for {rows} sequences")
+        if any(not -(1 << 31) <= v < (1 << 31) for row in case.idx for v in row):
+            raise oracle.OracleError("index values are int32")
+        if (case.inter_rows > 0) != (case.inter_idx is not None) or (case.inter_rows > 0) != (case.cache_steps > 0):
+            raise oracle.OracleError("the per-step buffer needs rows, steps and intermediate_state_indices together")
+        elems = case.slots * case.slot_bytes + case.inter_rows * case.cache_steps * case.slot_bytes
+        if elems > 1 << 30:
+            raise oracle.OracleError(f"the pool and buffer take {elems} bytes, more than 1 GiB")
+        return Image()
+
+    def _values(self, case: DeltaUpdateCase):
+        """Stored elements from the seed: pool, buffer (each in its layout), q, k, v, g, beta."""
+        rng = np.random.default_rng((case.seed, 13))
+        hv, kd, vd = case.value_heads, case.key_dim, case.value_dim
+        inner = (hv, vd, kd) if case.layout == "vk" else (hv, kd, vd)
+        pool = finite_values(rng, case.slots * hv * kd * vd, case.dtype).reshape((case.slots,) + inner)
+        steps = (case.inter_rows, case.cache_steps)
+        buf = finite_values(rng, int(np.prod(steps)) * hv * kd * vd, case.dtype).reshape(steps + inner)
+        total = sum(case.lens)
+
+        def act(values):
+            return from_float64(np.asarray(values, dtype=np.float64), case.act_dtype)
+        q = act(rng.standard_normal((total, case.heads, kd)))
+        k = act(rng.standard_normal((total, case.heads, kd)) / np.sqrt(kd))  # |k| ~ 1: the contraction regime
+        v = act(rng.standard_normal((total, hv, vd)))
+        g = act(-rng.uniform(0.02, 1.0, (total, hv, kd) if case.kda else (total, hv)))
+        beta = act(rng.uniform(0.05, 1.0, (total, hv, vd) if case.beta_per_v else (total, hv)))
+        return pool, buf, q, k, v, g, beta
+
+    def _vmajor(self, case, values: np.ndarray) -> np.ndarray:
+        """A pool or buffer in its layout as float64 V-major (the oracle's)."""
+        out = to_float64(values, case.dtype)
+        return out if case.layout == "vk" else np.swapaxes(out, -1, -2)
+
+    def _in_layout(self, case, values: np.ndarray) -> np.ndarray:
+        return values if case.layout == "vk" else np.swapaxes(values, -1, -2)
+
+    def prepare(self, case: DeltaUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
+        import torch
+
+        pool, buf, q, k, v, g, beta = self._values(case)
+        cu = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+        f64 = {name: to_float64(a, case.act_dtype) for name, a in (("q", q), ("k", k), ("v", v), ("g", g),
+                                                                  ("beta", beta))}
+        scale = case.key_dim ** -0.5
+        got = expect_delta_update(
+            self._vmajor(case, pool), f64["q"], f64["k"], f64["v"], f64["g"], f64["beta"], cu, case.idx,
+            scale=scale, nacc=case.nacc, pad=case.pad, l2norm=case.l2norm, state_dtype=case.dtype,
+            out_dtype=case.act_dtype, buffer=self._vmajor(case, buf) if case.inter_rows else None,
+            inter_idx=case.inter_idx, cache_steps=case.cache_steps)
+
+        def tensor(raw, dtype):
+            t = torch.from_numpy(np.ascontiguousarray(raw).copy())
+            return (t.view(torch.bfloat16) if dtype == "bfloat16" else t).to(device)
+
+        def ints(values):
+            return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
+
+        rows = len(case.lens)
+        table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
+        table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
+        base = torch.from_numpy(table).to(device)
+        args = {"q": tensor(q, case.act_dtype), "k": tensor(k, case.act_dtype), "v": tensor(v, case.act_dtype),
+                "g": tensor(g, case.act_dtype), "beta": tensor(beta, case.act_dtype),
+                "initial_state": tensor(pool, case.dtype), "cu_seqlens": ints(cu.tolist()),
+                "ssm_state_indices": base[:, :case.cols] if case.idx_2d else base[:, 0],
+                "num_accepted_tokens": ints(case.nacc),
+                "intermediate_states_buffer": tensor(buf, case.dtype) if case.inter_rows else None,
+                "intermediate_state_indices": ints(case.inter_idx) if case.inter_rows else None,
+                "out": torch.full(v.shape, float("nan"), dtype=getattr(torch, case.act_dtype), device=device)}
+        kwargs = {"scale": scale, "use_qk_l2norm_in_kernel": case.l2norm, "state_layout": case.layout,
+                  "pad_slot_id": case.pad, "cache_steps": case.cache_steps, "max_query_len": max(case.lens, default=0)}
+        outputs = [self._state_output(case, "initial_state", got.pool, got.pool_bound)]
+        if case.inter_rows:
+            outputs.append(self._state_output(case, "intermediate_states_buffer", got.buffer, got.buffer_bound))
+        care = np.broadcast_to(got.care[:, None, None], got.out.shape).copy()
+        outputs.append(Output("out", got.out, atol=got.out_bound, care=care,
+                              what="flat element {i} of out [T, HV, V]"))
+        return Prepared(args, kwargs, snapshot.copy(), outputs=tuple(outputs) + self._unchanged(args))
+
+    def _state_output(self, case: DeltaUpdateCase, name: str, values: np.ndarray, bound: np.ndarray) -> Output:
+        """A pool or buffer in its layout: within `bound` where written; where nothing is, exactly (as
+        stored elements when nothing is written at all: a bound of 0 everywhere is an exact Output, which
+        compares bfloat16 as its bits)."""
+        dims = "HV, V, K" if case.layout == "vk" else "HV, K, V"
+        lead = "S" if name == "initial_state" else "R, steps"
+        what = f"flat element {{i}} of {name} [{lead}, {dims}]"
+        values, bound = self._in_layout(case, values), self._in_layout(case, bound)
+        if not bound.any():
+            raw = from_float64(values, case.dtype)
+            return Output(name, raw.view(np.int16) if case.dtype == "bfloat16" else raw, what=what)
+        return Output(name, values, atol=bound, what=what)
+
+    @staticmethod
+    def _unchanged(args) -> tuple[Output, ...]:
+        """Every input must stay as it was, exactly."""
+        import torch
+
+        out = []
+        for name in ("q", "k", "v", "g", "beta", "cu_seqlens", "ssm_state_indices", "num_accepted_tokens",
+                     "intermediate_state_indices"):
+            t = args[name]
+            if isinstance(t, torch.Tensor):
+                keep = t.detach().cpu()
+                keep = keep.view(torch.int16) if keep.dtype == torch.bfloat16 else keep
+                out.append(Output(name, keep.numpy().copy(), what=f"{name} (an input) element {{i}}"))
+        return tuple(out)
+
+    def locate(self, case: DeltaUpdateCase, offset: int) -> str:
+        return f"byte {offset} of the token arena (the pool and buffer are tensors of their own)"
+
+    # ------------------------------------------------------------ shrinking
+    def valid(self, case: DeltaUpdateCase) -> bool:
+        try:
+            self.image(case)
+            plan_delta_update(case.slots, case.lens, case.idx, nacc=case.nacc, pad=case.pad,
+                              inter_idx=case.inter_idx, inter_rows=case.inter_rows)
+        except oracle.OracleError:
+            return False
+        return True
+
+    def candidates(self, case: DeltaUpdateCase) -> Iterator[DeltaUpdateCase]:
+        """Sequences dropped; fewer tokens; extras off; smaller heads; slots renumbered low."""
+        r = dataclasses.replace
+        rows = len(case.lens)
+
+        def drop(i):
+            def cut(v):
+                return None if v is None else v[:i] + v[i + 1:]
+            return r(case, lens=cut(case.lens), idx=cut(case.idx), nacc=cut(case.nacc), inter_idx=cut(case.inter_idx))
+        if rows > 1:
+            for i in range(rows):
+                yield drop(i)
+        if case.lens and max(case.lens) > 1:
+            yield r(case, lens=tuple(max(0, n - 1) for n in case.lens))
+        for extra in ({"perturb": None}, {"kda": False}, {"beta_per_v": False}, {"l2norm": False}, {"nacc": None},
+                      {"inter_rows": 0, "cache_steps": 0, "inter_idx": None}, {"idx_stride": case.cols},
+                      {"idx_2d": False}, {"layout": "vk"}, {"dtype": "float32"}, {"act_dtype": "float32"},
+                      {"group": 1}, {"heads": 1}, {"seed": 0}):
+            if any(getattr(case, key) != value for key, value in extra.items()):
+                yield r(case, **extra)
+        for dim in ("key_dim", "value_dim"):
+            for size in sorted({4, getattr(case, dim) // 2}):
+                if 1 <= size < getattr(case, dim):
+                    yield r(case, **{dim: size})
+        if case.key_dim != case.value_dim:
+            yield r(case, value_dim=case.key_dim)
+        yield from self._renumbered(case)
+
+    def _renumbered(self, case: DeltaUpdateCase) -> Iterator[DeltaUpdateCase]:
+        """The named slots renumbered 0.. (1.. under pad 0) in order, the pool cut to them."""
+        named = sorted({v for row in case.idx for v in row if v != case.pad and 0 <= v < case.slots})
+        first = 1 if case.pad == 0 else 0
+        where = {s: first + k for k, s in enumerate(named)}
+        slots = max(first + len(named), 1)
+        if slots < case.slots:
+            yield dataclasses.replace(case, idx=tuple(tuple(where.get(v, v) for v in row) for row in case.idx),
+                                      slots=slots)
+
+    # ------------------------------------------------------------ coverage
+    def features(self, case: DeltaUpdateCase) -> dict[str, str]:
+        rows = len(case.lens)
+        read = [row[max(case.nacc[n] - 1, 0) if case.nacc else 0] for n, row in enumerate(case.idx)]
+        pads = ["read" if s == case.pad else "write" if case.pad in row[:max(case.lens[n], 1)] else "none"
+                for n, (s, row) in enumerate(zip(read, case.idx))]
+        nacc = ["none"] if case.nacc is None else ["0" if a == 0 else "1" if a == 1 else ">1" for a in case.nacc]
+        buffer = ("none" if not case.inter_rows else
+                  "short" if case.cache_steps < max(case.lens, default=0) else "enough")
+        return {
+            "rows": bucket(rows, COUNT_EDGES), "spec": "yes" if case.nacc is not None else "no",
+            "nacc": joined(nacc, self.buckets["nacc"]), "pads": joined(pads or ["none"], self.buckets["pads"]),
+            "state_layout": case.layout, "dims": "K=V" if case.key_dim == case.value_dim else "K!=V",
+            "dtype": case.dtype, "gate": "per-K" if case.kda else "head", "beta": "per-V" if case.beta_per_v else "head",
+            "l2norm": "yes" if case.l2norm else "no", "grouped": "yes" if case.group > 1 else "no",
+            "buffer": buffer, "index": "1d" if not case.idx_2d else "2d-strided" if case.idx_stride > case.cols else "2d",
+            "empty_rows": "yes" if 0 in case.lens else "no",
+        }
+
+    def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        out = dict(self.buckets)
+        out["rows"] = ("1", "2-3")
+        out["nacc"] = ("none", "1", ">1") + (("0",) if str(options.get("min_accepted", "1")) == "0" else ())
+        return out
+
+
+CONTRACT = DeltaUpdate()

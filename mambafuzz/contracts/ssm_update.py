@@ -1,0 +1,439 @@
+"""Contract `ssm_update` (SPEC 2.7.3): the Mamba2 selective state update of a decode or spec-decode step.
+
+The target gets vLLM's ``selective_state_update`` arguments as tensors:
+``state [S, H, D, N]`` (the pool, slots maybe padded), ``x``, ``dt`` (``[B, H,
+D]``, or ``[T, H, D]`` with ``cu_seqlens``), ``A [H, D, N]`` (maybe a per-head
+value broadcast with strides (1, 0, 0)), ``B``, ``C`` (``[B|T, G, N]``), ``D``,
+``z``, ``dt_bias`` or None, ``state_batch_indices`` and
+``dst_state_batch_indices`` (int32 ``[B, C]`` views whose columns and rows may
+be further apart than 1 and C; dst None: in place), ``num_accepted_tokens``,
+``cu_seqlens``, and ``out`` shaped as x; options ``dt_softplus`` and
+``pad_slot_id``.
+
+Checked: every stored state within ``oracle.ssm_update``'s bound, every other
+slot exactly unchanged (the pad slot included); ``out`` within its bound
+except a skipped row's (pad or no tokens: vLLM writes it from a zero state,
+SPEC calls it anything); every input unchanged.  ``exact`` cases keep the pool
+in the arena, byte for byte (padding, guard bytes, pools past 2 GiB, sparse
+past 256 MiB): their values make fp32 math exact (A = 0 so exp(A dt) = 1, no
+softplus, dt, x, B and the pool small multiples of 1/8 and 1/4).  Other cases
+hand the pool over as its own tensor, an in-place output.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+
+from mambafuzz import oracle
+from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
+from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
+
+from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
+from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, to_float64
+
+
+class SsmUpdate(Contract):
+    name = "ssm_update"
+    case_type = SsmUpdateCase
+    summary = "Mamba2 selective state update: read src[b, nacc - 1], scan the tokens, store to dst[b, t]"
+    arguments = (
+        Argument("state", "float32, float16 or bfloat16", "[S, H, D, N] (slots strided)", "the pool, updated in place"),
+        Argument("x", "io dtype", "[B, H, D] or [T, H, D]", "the step's tokens (varlen: packed)"),
+        Argument("dt", "io dtype", "as x", "the time steps"),
+        Argument("A", "float32", "[H, D, N] (maybe strides (1, 0, 0))", "the decay rates (negative)"),
+        Argument("B", "io dtype", "[B, G, N] or [T, G, N]", "input projection per group (H a multiple of G)"),
+        Argument("C", "io dtype", "as B", "output projection per group"),
+        Argument("D", "float32 or None", "[H, D]", "skip connection"),
+        Argument("z", "io dtype or None", "as x", "gate: out *= silu(z)"),
+        Argument("dt_bias", "float32 or None", "[H, D]", "added to dt before the softplus"),
+        Argument("state_batch_indices", "int32", "[B, C] (strided)", "the slots row b reads; the pad means none"),
+        Argument("dst_state_batch_indices", "int32 or None", "[B, C] (strided)",
+                 "the slots row b stores (token t to column t in spec decode); None: state_batch_indices"),
+        Argument("num_accepted_tokens", "int32 or None", "[B]", "spec decode: read column max(nacc - 1, 0)"),
+        Argument("cu_seqlens", "int32 or None", "[B + 1]", "varlen: row b's tokens are x[cu[b]:cu[b+1]]"),
+        Argument("out", "io dtype", "as x", "the outputs to write (skipped rows: anything)"),
+    )
+    options = (
+        Argument("dt_softplus", "bool", "", "dt = softplus(dt + dt_bias)"),
+        Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
+    )
+    cli_options = (
+        CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
+                                             "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
+        CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 (0) "
+                                                   "or always at least 1"),
+    )
+    max_arena = MAX_SPARSE_ARENA
+    buckets = {
+        "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),
+        "dtype": ("float32", "float16", "bfloat16"), "io_dtype": ("float32", "float16", "bfloat16"),
+        "varlen": NO_YES, "empty_rows": NO_YES, "dst": ("in-place", "separate"),
+        "index": ("contiguous", "col-strided", "row-strided"), "groups": ("1", "shared", "per-head"),
+        "exact": NO_YES, "z": NO_YES, "softplus": NO_YES, "a_per_head": NO_YES, "past_2gib": NO_YES,
+    }
+
+    def strategy(self, profile, pad="-1", min_accepted="1", ill_posed: bool = False, **_):
+        from mambafuzz.strategies.ssm_update import ssm_update_cases
+        return ssm_update_cases(profile, pad=pad_option(self.name, pad),
+                                min_accepted=min_accepted_option(self.name, min_accepted), ill_posed=ill_posed)
+
+    # ------------------------------------------------------------ memory
+    @staticmethod
+    def _tables(case: SsmUpdateCase):
+        return (case.src,) + ((case.dst,) if case.dst is not None else ())
+
+    def _used(self, case: SsmUpdateCase) -> np.ndarray:
+        """The slots the oracle holds: every slot an index names, and slot 0."""
+        named = {v for t in self._tables(case) for row in t for v in row if 0 <= v < case.slots}
+        return np.array(sorted(named | {0}), dtype=np.int64)
+
+    def _check(self, case: SsmUpdateCase) -> None:
+        rows = len(case.lens)
+        if case.offset % case.elem or case.slot_stride % case.elem or case.slot_stride < case.slot_bytes:
+            raise oracle.OracleError("the pool's offset and slot stride must be multiples of the element size, "
+                                     "the stride at least a slot's bytes")
+        if not case.exact and (case.offset or case.slot_stride != case.slot_bytes):
+            raise oracle.OracleError("a pool of its own (not exact) has no offset and no slot padding")
+        if case.heads % case.groups:
+            raise oracle.OracleError(f"heads {case.heads} must be a multiple of groups {case.groups}")
+        if len(case.src) != rows or (case.dst is not None and (len(case.dst) != rows or
+                                                                len(case.dst[0]) != case.cols)):
+            raise oracle.OracleError("src and dst need one row per row of lens, with as many columns")
+        if case.nacc is not None and len(case.nacc) != rows:
+            raise oracle.OracleError(f"nacc has {len(case.nacc)} entries for {rows} rows")
+        if case.idx_row_stride < (case.cols - 1) * case.idx_col_stride + 1:
+            raise oracle.OracleError("the index rows must be at least (C - 1) * column stride + 1 apart")
+        if not case.varlen and any(n != 1 for n in case.lens):
+            raise oracle.OracleError("rows of a batch (not varlen) have one token each")
+        if case.exact and case.softplus:
+            raise oracle.OracleError("an exact case has no softplus")
+        if any(not -(1 << 31) <= v < (1 << 31) for t in self._tables(case) for row in t for v in row):
+            raise oracle.OracleError("index values are int32")
+        end = case.offset + case.slots * case.slot_stride if case.exact else 1
+        if end > case.arena_size:
+            raise oracle.OracleError(f"the pool ends at byte {end}, past the arena's {case.arena_size}")
+
+    def image(self, case: SsmUpdateCase) -> Image:
+        self._check(case)
+        used = self._used(case)
+        if not case.exact:
+            return Image(None, (used, None))
+        if case.arena_size <= DENSE_LIMIT:
+            return Image(None, (used, case.offset + used * case.slot_stride))
+        window = min(case.slot_stride, case.slot_bytes + GUARD,
+                     case.arena_size - case.offset - (case.slots - 1) * case.slot_stride)
+        window -= window % case.elem
+        starts = case.offset + used * case.slot_stride
+        positions = (starts[:, None] + np.arange(window)[None, :]).reshape(-1)
+        return Image(positions, (used, np.arange(len(used), dtype=np.int64) * window))
+
+    def _exact_state(self, rng, n: int, dtype: str) -> np.ndarray:
+        """Multiples of 1/8 in [-4, 4] as `dtype` (a sum with the exact increments stays representable)."""
+        return from_float64(rng.integers(-32, 33, n) / 8.0, dtype)
+
+    def fill(self, case: SsmUpdateCase, image: Image, snapshot: np.ndarray) -> None:
+        if not case.exact:
+            return
+        used, starts = image.plan
+        rng = np.random.default_rng((case.seed, 7))
+        n = case.slot_bytes // case.elem
+        for start in starts:
+            snapshot[start:start + case.slot_bytes] = self._exact_state(rng, n, case.dtype).view(np.uint8)
+
+    def _held_pool(self, case: SsmUpdateCase, snapshot: np.ndarray, plan) -> np.ndarray:
+        """The held slots' stored elements [U, H, D, N] (exact: from the arena; else drawn from the seed)."""
+        used, starts = plan
+        shape = (len(used), case.heads, case.dim, case.dstate)
+        if case.exact:
+            raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
+            return raw.reshape(shape)
+        rng = np.random.default_rng((case.seed, 7))  # uniform in [-2, 2): distinct, unit-sized, 3x faster to draw
+        values = rng.random(int(np.prod(shape)), dtype=np.float32) * np.float32(4) - np.float32(2)
+        return from_float64(values, case.dtype).reshape(shape) if case.dtype == "bfloat16" else \
+            values.astype(RAW[case.dtype]).reshape(shape)
+
+    def _inputs(self, case: SsmUpdateCase) -> dict[str, np.ndarray | None]:
+        """Stored input elements from the seed: io dtype [T, ...] for x, dt, z, B, C; float32 A, D, dt_bias."""
+        rng = np.random.default_rng((case.seed, 11))
+        total, h, d, n, g = sum(case.lens), case.heads, case.dim, case.dstate, case.groups
+        io = case.io_dtype
+
+        def normal(count, dtype=io):
+            return finite_values(rng, count, dtype)
+        def exact(values, dtype=io):
+            return from_float64(np.asarray(values, dtype=np.float64), dtype)
+        if case.exact:  # x, B in {-1, 0, 1}, dt' in {0, 1/4, 1/2, 3/4}: every increment a multiple of 1/4
+            x = exact(rng.integers(-1, 2, total * h * d))
+            dt = exact(rng.integers(0, 3, total * h * d) / 4.0)
+            Bm = exact(rng.integers(-1, 2, total * g * n))
+            a = np.zeros(h if case.a_per_head else h * d * n, dtype=np.float32)
+            bias = (rng.integers(0, 2, h * d) / 4.0).astype(np.float32) if case.has_dt_bias else None
+        else:  # dt, dt_bias >= 0 and A < 0: exp(A dt') <= 1, the state stays of unit size
+            x = normal(total * h * d)
+            dt = from_float64(np.abs(to_float64(normal(total * h * d), io)) * 0.5, io)
+            Bm = normal(total * g * n)
+            a = -np.abs(normal(h if case.a_per_head else h * d * n, "float32"))
+            bias = np.abs(normal(h * d, "float32")) * np.float32(0.5) if case.has_dt_bias else None
+        return {"x": x.reshape(total, h, d), "dt": dt.reshape(total, h, d), "B": Bm.reshape(total, g, n),
+                "C": normal(total * g * n).reshape(total, g, n), "A": a,
+                "D": normal(h * d, "float32").reshape(h, d) if case.has_d else None,
+                "z": normal(total * h * d).reshape(total, h, d) if case.has_z else None,
+                "dt_bias": None if bias is None else bias.reshape(h, d)}
+
+    def _remapped(self, case: SsmUpdateCase, used: np.ndarray, table):
+        """Index rows with every held slot renumbered to its place in `used` (the pad and others kept)."""
+        if table is None:
+            return None
+        where = {int(s): k for k, s in enumerate(used)}
+        return [[where.get(v, v) if v != case.pad else v for v in row] for row in table]
+
+    def _padded(self, case: SsmUpdateCase, values: np.ndarray | None) -> np.ndarray | None:
+        """[T, ...] packed tokens as float64 [B, T_max, ...] (zeros past a row's end)."""
+        if values is None:
+            return None
+        v = to_float64(values, case.io_dtype)
+        rows, tmax = len(case.lens), max(max(case.lens, default=0), 1)
+        out = np.zeros((rows, tmax) + v.shape[1:])
+        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+        b = np.repeat(np.arange(rows), case.lens)
+        t = np.arange(len(v)) - cuts[b]
+        out[b, t] = v
+        return out
+
+    def prepare(self, case: SsmUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
+        import torch
+
+        used, starts = image.plan
+        held = self._held_pool(case, snapshot, image.plan)
+        ins = self._inputs(case)
+        h, d, n = case.heads, case.dim, case.dstate
+        a64 = ins["A"].astype(np.float64)
+        a64 = np.broadcast_to(a64[:, None, None], (h, d, n)) if case.a_per_head else a64.reshape(h, d, n)
+        try:
+            got = expect_ssm_update(
+                to_float64(held, case.dtype), self._padded(case, ins["x"]), self._padded(case, ins["dt"]), a64,
+                self._padded(case, ins["B"]), self._padded(case, ins["C"]), case.lens,
+                self._remapped(case, used, case.src), dst=self._remapped(case, used, case.dst),
+                D=None if ins["D"] is None else ins["D"].astype(np.float64), z=self._padded(case, ins["z"]),
+                dt_bias=None if ins["dt_bias"] is None else ins["dt_bias"].astype(np.float64),
+                softplus=case.softplus, nacc=case.nacc, pad=case.pad, dtype=case.dtype, io_dtype=case.io_dtype)
+        except oracle.OracleError as exc:  # name slots as the case does, not as the compact pool
+            raise oracle.OracleError(str(exc) + f" (slots as held: {list(map(int, used))})") from None
+
+        sdtype = getattr(torch, case.dtype)
+        def tensor(raw, dtype_name):
+            t = torch.from_numpy(np.ascontiguousarray(raw).copy())
+            return (t.view(torch.bfloat16) if dtype_name == "bfloat16" else t).to(device)
+
+        expected = snapshot.copy()
+        outputs = []
+        per_slot = case.slot_stride // case.elem
+        shape, strides = (case.slots, h, d, n), (per_slot, d * n, n, 1)
+        if case.exact:
+            for k in np.flatnonzero(got.stored):
+                raw = from_float64(got.pool[k], case.dtype).reshape(-1)
+                expected[starts[k]:starts[k] + case.slot_bytes] = raw.view(np.uint8)
+            flat = arena[case.offset:case.offset + case.slots * case.slot_stride].view(sdtype)
+            state = flat.as_strided(shape, strides)
+        else:
+            state, want, tol = self._own_pool(case, used, held, got)
+            state = tensor(state, case.dtype)
+            outputs.append(Output("state", want, atol=tol, what="flat element {i} of state [S, H, D, N]"))
+
+        rows = len(case.lens)
+        def tokens(raw, dtype_name):
+            if raw is None:
+                return None
+            t = tensor(raw, dtype_name)
+            return t if case.varlen else t.reshape((rows,) + tuple(raw.shape[1:]))
+        x, dt, z = tokens(ins["x"], case.io_dtype), tokens(ins["dt"], case.io_dtype), tokens(ins["z"], case.io_dtype)
+        Bt, Ct = tokens(ins["B"], case.io_dtype), tokens(ins["C"], case.io_dtype)
+        A = tensor(ins["A"], "float32")
+        A = A.as_strided((h, d, n), (1, 0, 0)) if case.a_per_head else A.reshape(h, d, n)
+        def ints(values):
+            return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
+        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+        out = torch.full_like(x, float("nan"))
+        args = {"state": state, "x": x, "dt": dt, "A": A, "B": Bt, "C": Ct,
+                "D": None if ins["D"] is None else tensor(ins["D"], "float32"), "z": z,
+                "dt_bias": None if ins["dt_bias"] is None else tensor(ins["dt_bias"], "float32"),
+                "state_batch_indices": self._index(case, case.src, device),
+                "dst_state_batch_indices": None if case.dst is None else self._index(case, case.dst, device),
+                "num_accepted_tokens": ints(case.nacc), "cu_seqlens": ints(cuts.tolist()) if case.varlen else None,
+                "out": out}
+        kwargs = {"dt_softplus": case.softplus, "pad_slot_id": case.pad}
+        outputs.insert(0, self._out(case, got, cuts))
+        return Prepared(args, kwargs, expected, outputs=tuple(outputs) + self._unchanged(args))
+
+    def _own_pool(self, case: SsmUpdateCase, used: np.ndarray, held: np.ndarray, got):
+        """A pool of its own: the held slots' values and a cheap repeated tile in the others (no correct
+        kernel reads them); what it must hold after (float64) and the bound (0: exactly)."""
+        h, d, n = case.heads, case.dim, case.dstate
+        tile = held[0]
+        pool = np.broadcast_to(tile, (case.slots, h, d, n)).copy()
+        pool[used] = held
+        want = to_float64(pool, case.dtype)
+        want[used] = got.pool
+        tol = np.zeros(want.shape)
+        tol[used] = got.pool_tol
+        if not tol.any():  # compared exactly, as stored (a bfloat16 pool as its int16 bits)
+            want = pool.view(np.int16) if case.dtype == "bfloat16" else pool.copy()
+        return pool, want, tol
+
+    def _index(self, case: SsmUpdateCase, table, device):
+        """An int32 [B, C] view with the case's column and row strides over a pad-filled buffer."""
+        import torch
+
+        rows = len(table)
+        buf = np.full(rows * case.idx_row_stride, case.pad, dtype=np.int32)
+        at = (np.arange(rows)[:, None] * case.idx_row_stride + np.arange(case.cols)[None, :] * case.idx_col_stride)
+        buf[at.reshape(-1)] = np.asarray(table, dtype=np.int64).reshape(-1)
+        base = torch.from_numpy(buf).to(device)
+        return base.as_strided((rows, case.cols), (case.idx_row_stride, case.idx_col_stride))
+
+    def _out(self, case: SsmUpdateCase, got, cuts) -> Output:
+        """`out` shaped as x: live tokens' values and bounds; skipped rows' don't-care."""
+        rows = len(case.lens)
+        b = np.repeat(np.arange(rows), case.lens)
+        t = np.arange(int(cuts[-1])) - cuts[b]
+        want, bound = got.out[b, t], got.out_tol[b, t]
+        care = np.broadcast_to(got.out_care[b, t][:, None, None], want.shape).copy()
+        what = "flat element {i} of out" + (" [T, H, D]" if case.varlen else " [B, H, D]")
+        return Output("out", want, atol=bound, what=what, care=care)
+
+    @staticmethod
+    def _unchanged(args) -> tuple[Output, ...]:
+        """Every input must stay as it was, exactly."""
+        import torch
+
+        out = []
+        for name in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_batch_indices",
+                     "dst_state_batch_indices", "num_accepted_tokens", "cu_seqlens"):
+            t = args[name]
+            if isinstance(t, torch.Tensor):
+                keep = t.detach().cpu()
+                keep = keep.view(torch.int16) if keep.dtype == torch.bfloat16 else keep
+                out.append(Output(name, keep.numpy().copy(), what=f"{name} (an input) element {{i}}"))
+        return tuple(out)
+
+    def locate(self, case: SsmUpdateCase, offset: int) -> str:
+        slot, within = divmod(offset - case.offset, case.slot_stride)
+        if not case.exact or not 0 <= slot < case.slots or offset < case.offset:
+            return "outside the pool"
+        if within >= case.slot_bytes:
+            return f"slot {slot} padding byte {within - case.slot_bytes}"
+        head, rest = divmod(within // case.elem, case.dim * case.dstate)
+        return f"slot {slot} head {head} dim {rest // case.dstate} dstate {rest % case.dstate}"
+
+    # ------------------------------------------------------------ shrinking
+    def valid(self, case: SsmUpdateCase) -> bool:
+        try:
+            self._check(case)
+            plan_ssm_update(case.slots, case.lens, case.src, case.dst, case.nacc, case.pad)
+        except oracle.OracleError:
+            return False
+        return True
+
+    def candidates(self, case: SsmUpdateCase) -> Iterator[SsmUpdateCase]:
+        """Rows dropped; fewer tokens; a smaller state; extras off; slots renumbered low."""
+        r = dataclasses.replace
+        rows = len(case.lens)
+
+        def drop(i):
+            def cut(v):
+                return None if v is None else v[:i] + v[i + 1:]
+            return r(case, lens=cut(case.lens), src=cut(case.src), dst=cut(case.dst), nacc=cut(case.nacc))
+        if rows > 1:
+            for i in range(rows):
+                yield drop(i)
+        if case.varlen and case.lens and max(case.lens) > 1:
+            yield r(case, lens=tuple(max(0, k - 1) for k in case.lens))
+        for extra in ({"perturb": None}, {"has_z": False}, {"has_d": False}, {"has_dt_bias": False},
+                      {"softplus": False}, {"a_per_head": False}, {"nacc": None}, {"dst": None},
+                      {"idx_col_stride": 1, "idx_row_stride": case.cols}, {"seed": 0}):
+            if any(getattr(case, k) != v for k, v in extra.items()):
+                yield r(case, **extra)
+        if case.varlen and all(k == 1 for k in case.lens):
+            yield r(case, varlen=False)
+        for field in ("heads", "dim", "dstate"):
+            value = getattr(case, field)
+            for smaller in sorted({1, value // 2, value - 1}):
+                if 1 <= smaller < value:
+                    groups = case.groups if field != "heads" else (case.groups if smaller % case.groups == 0 else 1)
+                    yield self._resized(case, **{field: smaller, "groups": groups})
+        if case.groups > 1:
+            yield r(case, groups=1)
+        for name in ("dtype", "io_dtype"):
+            if getattr(case, name) != "float32":
+                yield self._resized(case, **{name: "float32"})
+        if case.exact and (case.slot_stride > case.slot_bytes or case.offset):
+            yield self._resized(case, padded=False)
+        yield from self._renumbered(case)
+
+    def _resized(self, case: SsmUpdateCase, padded: bool = True, **changes) -> SsmUpdateCase:
+        """`case` with `changes`, its slot stride and arena following (padding kept unless `padded` False)."""
+        out = dataclasses.replace(case, **changes)
+        if not case.exact:
+            return dataclasses.replace(out, slot_stride=out.slot_bytes)
+        pad_elems = (case.slot_stride - case.slot_bytes) // case.elem if padded else 0
+        offset = (case.offset // case.elem) * out.elem if padded else 0
+        stride = out.slot_bytes + pad_elems * out.elem
+        return dataclasses.replace(out, slot_stride=stride, offset=offset,
+                                   arena_size=offset + out.slots * stride + 64)
+
+    def _renumbered(self, case: SsmUpdateCase) -> Iterator[SsmUpdateCase]:
+        """The named slots renumbered 0.. (1.. under pad 0) in order, the pool cut to them."""
+        named = sorted({v for t in self._tables(case) for row in t for v in row
+                        if v != case.pad and 0 <= v < case.slots})
+        first = 1 if case.pad == 0 else 0
+        where = {s: first + k for k, s in enumerate(named)}
+        slots = max(first + len(named), 1)
+        if slots < case.slots:
+            def renum(t):
+                return None if t is None else tuple(tuple(where.get(v, v) for v in row) for row in t)
+            arena = case.offset + slots * case.slot_stride + 64 if case.exact else case.arena_size
+            yield dataclasses.replace(case, src=renum(case.src), dst=renum(case.dst), slots=slots, arena_size=arena)
+
+    # ------------------------------------------------------------ coverage
+    def features(self, case: SsmUpdateCase) -> dict[str, str]:
+        rows = len(case.lens)
+        spec = case.nacc is not None
+        read_col = [max(a - 1, 0) for a in case.nacc] if spec else [0] * rows
+        dst = case.dst if case.dst is not None else case.src
+        pads = []
+        for b in range(rows):
+            if case.src[b][read_col[b]] == case.pad:
+                pads.append("read")
+            elif spec and case.pad in dst[b][:case.lens[b]]:
+                pads.append("write")
+            else:
+                pads.append("none")
+        nacc = ["none"] if not spec else ["0" if a == 0 else "1" if a == 1 else ">1" for a in case.nacc]
+        top = max((v for t in self._tables(case) for row in t for v in row if v != case.pad), default=0)
+        index = ("col-strided" if case.idx_col_stride > 1 else
+                 "row-strided" if case.idx_row_stride > case.cols else "contiguous")
+        return {
+            "rows": bucket(rows, COUNT_EDGES), "spec": "yes" if spec else "no",
+            "nacc": joined(nacc, self.buckets["nacc"]), "pads": joined(pads or ["none"], self.buckets["pads"]),
+            "dtype": case.dtype, "io_dtype": case.io_dtype, "varlen": "yes" if case.varlen else "no",
+            "empty_rows": "yes" if 0 in case.lens else "no",
+            "dst": "separate" if case.dst is not None else "in-place", "index": index,
+            "groups": "1" if case.groups == 1 else "per-head" if case.groups == case.heads else "shared",
+            "exact": "yes" if case.exact else "no", "z": "yes" if case.has_z else "no",
+            "softplus": "yes" if case.softplus else "no", "a_per_head": "yes" if case.a_per_head else "no",
+            "past_2gib": "yes" if case.exact and case.offset + top * case.slot_stride >= HUGE else "no",
+        }
+
+    def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        out = dict(self.buckets)
+        out["rows"] = ("1", "2-3")
+        out["groups"] = ("1",)
+        out["nacc"] = ("none", "1", ">1") + (("0",) if str(options.get("min_accepted", "1")) == "0" else ())
+        return out
+
+
+CONTRACT = SsmUpdate()

@@ -1,0 +1,105 @@
+"""Several workers on one GPU at once: a private CUDA MPS daemon for the session's workers.
+
+Without it, the GPU time-slices separate processes' contexts: on an H200, 8
+workers of small cases ran 1.5x one worker's examples a second, under MPS 3.9x
+(bench/RESULTS.md, issue 29).  The daemon is the session's own (its pipe and
+log folders are a fresh temporary folder, so it neither joins nor stops one the
+box already runs) and is stopped when the session ends.  Where the box has no
+``nvidia-cuda-mps-control``, or it will not start (a GPU in exclusive mode, a
+container without the IPC it needs), the workers time-slice and the session
+says so.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Iterator
+
+CONTROL = "nvidia-cuda-mps-control"
+MAX_PER_GPU = 8
+# The first worker of a GPU may take half its memory (a large case runs there); the others share the rest.
+FIRST_SHARE = 0.5
+
+
+def default_workers_per_gpu(gpus: int) -> int:
+    """One worker for every 2 cores a GPU has (the others draw cases and compile), at most MAX_PER_GPU."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_PER_GPU, cores // max(1, gpus) // 2))
+
+
+def memory_share(position: int, k: int) -> float:
+    """The fraction of its GPU's memory the `position`-th of `k` workers on it may allocate."""
+    if k <= 1:
+        return 1.0
+    return FIRST_SHARE if position == 0 else (1.0 - FIRST_SHARE) / (k - 1)
+
+
+def bound_memory(share: float) -> None:
+    """Make torch's allocator refuse past `share` of the GPU (an out-of-memory then declines the case)."""
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(share)
+    os.environ[SHARE_ENV] = f"{share:.4f}"
+
+
+SHARE_ENV = "MAMBAFUZZ_GPU_MEMORY_SHARE"
+
+
+@contextlib.contextmanager
+def daemon(wanted: bool) -> Iterator[tuple[dict[str, str], str | None]]:
+    """(environment for the workers, why there is no daemon or None) for the session's span.
+
+    The environment is empty without a daemon; with one it names its pipe and
+    log folders, which the workers must have before they create a CUDA context."""
+    if not wanted:
+        yield {}, "one worker per GPU"
+        return
+    if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+        yield {}, None  # the user runs one and pointed us at it
+        return
+    control = shutil.which(CONTROL)
+    if control is None:
+        yield {}, f"{CONTROL} not found: the workers time-slice the GPU"
+        return
+    folder = tempfile.mkdtemp(prefix="mambafuzz-mps-")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(folder, "pipe"),
+           "CUDA_MPS_LOG_DIRECTORY": os.path.join(folder, "log")}
+    for path in env.values():
+        os.makedirs(path)
+    full = {**os.environ, **env}
+    try:
+        started = subprocess.run([control, "-d"], env=full, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        yield {}, f"{CONTROL} -d failed ({exc}): the workers time-slice the GPU"
+        return
+    if started.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        why = (started.stderr or started.stdout).strip().splitlines()[-1:] or [f"exit {started.returncode}"]
+        yield {}, f"{CONTROL} -d: {why[0]}: the workers time-slice the GPU"
+        return
+    try:
+        yield env, None
+    finally:
+        _quit(control, full)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _quit(control: str, env: dict[str, str]) -> None:
+    """Stop the daemon (and its server); wait a little for it to go."""
+    try:
+        subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return
+    pipe = env["CUDA_MPS_PIPE_DIRECTORY"]
+    for _ in range(50):
+        if not os.path.exists(os.path.join(pipe, "control")):
+            return
+        time.sleep(0.1)

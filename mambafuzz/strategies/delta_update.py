@@ -1,0 +1,74 @@
+"""Gated-delta-rule steps (`delta_update`), drawn where the engines' state bugs hide.
+
+Both pool layouts with K != V most of the time (a transposed state is then a scrambled one) and K == V
+one time in four (it is then a transpose, values still differ); grouped value heads; pad rows and
+pad draft columns; nacc = 0 under ``min_accepted=0``; empty sequences; index rows further apart
+than their columns; the per-step buffer half the time, half of those with fewer steps than a
+sequence's tokens (a kernel must not cache past them).  Live sequences never share a slot or a
+buffer row (the oracle calls that ill-posed).  The CPU profile is small (K, V 4..16, at most 4
+tokens and 4 sequences): every program is interpreted.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from mambafuzz.contracts.cases.delta_update import DTYPES, LAYOUTS, DeltaUpdateCase
+
+from .perturb import maybe_perturb
+from .profiles import Profile
+
+
+def _limits(profile: Profile) -> dict:
+    if profile.max_rows <= 16:  # the CPU profile
+        return {"rows": 4, "tokens": 4, "dims": (4, 5, 8, 12, 16), "heads": 2, "group": 2, "slots": 12}
+    return {"rows": 16, "tokens": 5, "dims": (16, 32, 64, 100, 128), "heads": 4, "group": 2, "slots": 120}
+
+
+@st.composite
+def delta_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False):
+    lim = _limits(profile)
+    key_dim = draw(st.sampled_from(lim["dims"]))
+    value_dim = key_dim if draw(st.integers(0, 3)) == 0 else draw(st.sampled_from(lim["dims"]))
+    rows = draw(st.integers(1, lim["rows"]))
+    spec = draw(st.booleans())
+    max_len = draw(st.integers(1, lim["tokens"]))
+    lens = tuple(draw(st.integers(0, max_len)) for _ in range(rows))
+    longest = max(lens)
+    cols = (max(longest, 1) + draw(st.sampled_from([0, 0, 1]))) if spec else draw(st.integers(1, 3))
+    idx_2d = cols > 1 or draw(st.booleans())
+
+    first = 0 if pad == -1 else 1  # pad 0 keeps slot 0 the null block
+    slot_count = max(draw(st.integers(1, lim["slots"])), first + rows * cols + 1)
+    fresh = iter(draw(st.permutations(range(first, slot_count))))
+    idx, nacc = [], []
+    for n in range(rows):
+        row = [next(fresh) for _ in range(cols)]
+        accepted = draw(st.integers(min_accepted, cols)) if spec else 0
+        read_col = max(accepted - 1, 0)
+        kind = draw(st.sampled_from(("live", "live", "pad", "pad_dst")))
+        if kind == "pad":
+            row[read_col] = pad
+        elif kind == "pad_dst" and spec:
+            others = [c for c in range(min(lens[n], cols)) if c != read_col]
+            if others:
+                row[draw(st.sampled_from(others))] = pad
+        idx.append(tuple(row))
+        nacc.append(accepted)
+    if ill_posed and rows > 1 and idx[0][0] != pad and lens[0] and lens[1]:
+        idx[1] = (idx[0][0],) + idx[1][1:]  # row 1 stores (or reads) the slot row 0 stores
+
+    inter_rows, cache_steps, inter_idx = 0, 0, None
+    if draw(st.booleans()):
+        inter_rows = rows + draw(st.sampled_from([0, 0, 1, 2]))
+        short = draw(st.booleans()) and longest > 1
+        cache_steps = draw(st.integers(1, longest - 1)) if short else max(longest, 1) + draw(st.sampled_from([0, 0, 1]))
+        order = draw(st.permutations(range(inter_rows)))
+        inter_idx = tuple(-1 if draw(st.integers(0, 5)) == 0 else order[n] for n in range(rows))
+    return DeltaUpdateCase(
+        arena_size=64, dtype=draw(st.sampled_from(tuple(DTYPES))), act_dtype=draw(st.sampled_from(tuple(DTYPES))),
+        layout=draw(st.sampled_from(LAYOUTS)), slots=slot_count, heads=draw(st.integers(1, lim["heads"])),
+        group=draw(st.integers(1, lim["group"])), key_dim=key_dim, value_dim=value_dim, lens=lens,
+        idx=tuple(idx), idx_2d=idx_2d, idx_stride=cols + draw(st.sampled_from([0, 0, 1, 3])),
+        nacc=tuple(nacc) if spec else None, pad=pad, kda=draw(st.booleans()), beta_per_v=draw(st.booleans()),
+        l2norm=draw(st.booleans()), inter_rows=inter_rows, cache_steps=cache_steps, inter_idx=inter_idx,
+        seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))

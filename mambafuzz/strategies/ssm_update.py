@@ -1,0 +1,103 @@
+"""Selective-state-update steps (`ssm_update`), drawn where the engines' index bugs hide.
+
+Pad rows and pad destinations (spec decode), slot 0 live under ``pad=-1``,
+nacc = 0 under ``min_accepted=0``, a separate dst table or in-place updates,
+index arrays whose columns are not adjacent (a strided view) and whose rows
+are further apart than their columns, empty varlen rows, groups shared by
+heads, and, in ``exact`` cases (values the fp32 math keeps exact, so the pool
+is compared byte for byte in the arena), one in ``huge_one_in`` with a named
+slot past 2^31 elements (16-bit states) or 2 GiB of bytes, reached by a slot
+number.  Live rows never share a slot.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from mambafuzz.contracts.cases.ssm_update import DTYPES, SsmUpdateCase
+
+from .perturb import maybe_perturb
+from .profiles import Profile
+
+HUGE = 1 << 31
+MAX_SPARSE = 7 << 30
+
+
+def _limits(profile: Profile) -> dict:
+    if profile.max_rows <= 16:  # the CPU profile: every program is interpreted
+        return {"rows": 4, "heads": 4, "dim": (4, 16), "dstate": (4, 16), "slots": 12, "cols": 4, "huge_one_in": 3}
+    return {"rows": 32, "heads": 8, "dim": (16, 64), "dstate": (16, 128), "slots": 200, "cols": 4, "huge_one_in": 6}
+
+
+@st.composite
+def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False):
+    lim = _limits(profile)
+    dtype = draw(st.sampled_from(tuple(DTYPES)))
+    io_dtype = draw(st.sampled_from(tuple(DTYPES)))
+    heads = draw(st.integers(1, lim["heads"]))
+    groups = draw(st.sampled_from([g for g in range(1, heads + 1) if heads % g == 0]))
+    dim = draw(st.integers(*lim["dim"]))
+    dstate = draw(st.integers(*lim["dstate"]))
+    rows = draw(st.integers(1, lim["rows"]))
+    spec = draw(st.booleans())
+    varlen = draw(st.booleans())
+    cols = draw(st.integers(1, lim["cols"]))
+    if varlen:
+        top = cols if spec else 4
+        lens = tuple(draw(st.integers(0, top)) for _ in range(rows))
+    else:
+        lens = (1,) * rows
+    separate_dst = draw(st.booleans())
+    exact = draw(st.booleans())
+
+    first = 0 if pad == -1 else 1  # pad 0 keeps slot 0 the null block
+    need = first + rows * cols * (2 if separate_dst else 1) + 1
+    slot_count = max(draw(st.integers(1, lim["slots"])), need)
+    fresh = iter(draw(st.permutations(range(first, slot_count))))
+    src, dst, nacc = [], [], []
+    for b in range(rows):
+        s_row = [next(fresh) for _ in range(cols)]
+        d_row = [next(fresh) for _ in range(cols)] if separate_dst else s_row
+        top = min(cols, max(lens[b], 1))
+        n = draw(st.integers(min_accepted, max(min_accepted, top)))
+        nacc.append(n)
+        read_col = max(n - 1, 0) if spec else 0
+        kind = draw(st.sampled_from(("live", "live", "pad", "pad_dst")))
+        if kind == "pad":
+            s_row[read_col] = pad
+        elif kind == "pad_dst" and spec:
+            choices = [t for t in range(min(lens[b], cols)) if separate_dst or t != read_col]
+            if choices:
+                d_row[draw(st.sampled_from(choices))] = pad
+        src.append(s_row)
+        dst.append(d_row)
+    if ill_posed and rows > 1:
+        dst[1][0] = dst[0][0]
+        src[1][0] = src[1][0] if separate_dst else dst[0][0]
+
+    slot_bytes = heads * dim * dstate * DTYPES[dtype]
+    elem = DTYPES[dtype]
+    slot_stride, offset = slot_bytes, 0
+    if exact:  # the pool lives in the arena: padded slots, an offset, maybe past 2 GiB
+        slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
+        offset = elem * draw(st.integers(0, 16))
+        if lim["huge_one_in"] and draw(st.integers(0, lim["huge_one_in"] - 1)) == 0:
+            reach = HUGE * elem if HUGE * elem + slot_stride * 4 < MAX_SPARSE else HUGE
+            top_slot = (reach - offset) // slot_stride + draw(st.integers(0, 3))
+            top_slot = min(top_slot, (MAX_SPARSE - offset) // slot_stride - 1)
+            live = [(tab, b, c) for tab in ((src, dst) if separate_dst else (src,))
+                    for b in range(rows) for c in range(cols) if tab[b][c] != pad]
+            if live:
+                tab, b, c = draw(st.sampled_from(live))
+                tab[b][c] = top_slot
+                slot_count = top_slot + 1
+    col_stride = draw(st.sampled_from([1, 1, 2, 3]))
+    row_stride = (cols - 1) * col_stride + 1 + draw(st.sampled_from([0, 0, 1, 3]))
+    arena = offset + slot_count * slot_stride + 64 if exact else 64
+    return SsmUpdateCase(
+        arena_size=arena, dtype=dtype, io_dtype=io_dtype, offset=offset, slots=slot_count, heads=heads,
+        groups=groups, dim=dim, dstate=dstate, slot_stride=slot_stride, lens=lens,
+        src=tuple(map(tuple, src)), dst=tuple(map(tuple, dst)) if separate_dst else None,
+        idx_col_stride=col_stride, idx_row_stride=row_stride, nacc=tuple(nacc) if spec else None, varlen=varlen,
+        has_z=draw(st.booleans()), has_d=draw(st.booleans()), has_dt_bias=draw(st.booleans()),
+        softplus=not exact and draw(st.booleans()), a_per_head=draw(st.booleans()), exact=exact, pad=pad,
+        seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))
