@@ -45,6 +45,15 @@ for step in "$@"; do
     racemap) run racemap 200 "$MF fuzz --target zoo.BM-NOGUARD --target zoo.SD-SPAN --device cuda --profile gpu-amp \
               --reps 50 --time 120 --json --database none --crashes-dir $W/racemap-crashes > $W/racemap.json 2> $W/racemap.err;
             echo racemap exit \$?" ;;
+    split) run split 300 "python3 bench/example_split.py --seconds ${SPLIT_TIME:-15} --out $W/example_split.md --json $W/example_split.json > $W/example_split.log 2>&1; tail -12 $W/example_split.md" ;;
+    perk) run perk 580 "python3 bench/workers_per_gpu.py --seconds ${PERK_TIME:-25} --ks ${PERK_KS:-1 2 4 8 12} --out $W/workers_per_gpu.md --json $W/workers_per_gpu.json > $W/workers_per_gpu.log 2>&1; tail -12 $W/workers_per_gpu.md; tail -3 $W/workers_per_gpu.log" ;;
+    updzoo) run updzoo 300 "TRITON_CACHE_DIR=\$(mktemp -d) $MF zoo --device cuda --profile gpu-amp --reps 50 --isolate --workers-per-gpu 1 --time ${ZOO_TIME:-120} --json \
+              --target 'zoo.SSM-*' --target 'zoo.DU-*' --crashes-dir $W/updzoo-crashes > $W/updzoo.json 2> $W/updzoo.err;
+            python3 -c \"import json; d=json.load(open('$W/updzoo.json')); print(sum(t['caught'] for t in d['targets']), 'of', len(d['targets']), 'caught');
+[print(t['target'], t['caught'], t['status'], (t.get('finding') or {}).get('seconds_to_first'), (t.get('finding') or {}).get('case_summary')) for t in d['targets']]\";
+            $MF fuzz --device cuda --profile gpu-amp --reps 50 --time 60 --json --database none --target triton.ssm_update --target triton.delta_update --target torch.ssm_update --target torch.delta_update --crashes-dir $W/updclean-crashes > $W/updclean.json 2> $W/updclean.err;
+            python3 -c \"import json; d=json.load(open('$W/updclean.json')); [print(t['target'], t['status'], t['examples']) for t in d['targets']]\"" ;;
+    updbench) run updbench 200 "python3 bench/ssm_update_oracle_bench.py --device cuda --out $W/ssm_bench.json > $W/ssm_bench.log 2>&1; tail -8 $W/ssm_bench.log; python3 bench/delta_update_oracle_bench.py --device cuda --out $W/du_bench.json > $W/du_bench.log 2>&1; tail -8 $W/du_bench.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done
