@@ -132,7 +132,10 @@ class Materialized:
         else:
             self.arena[self.device_positions] = self.arena_snapshot
         for name, before in self.output_snapshots.items():
-            self.args[name].copy_(before)
+            live = self.args[name]
+            if before.shape != live.shape:  # a self-overlapping view (a broadcast): its storage's bytes
+                live = _storage_bytes(live)
+            live.copy_(before)
 
     def run(self, fn, amplifiable: bool | None = None) -> None:
         """Call ``fn`` on the live arena, as its contract says (``signature``).
@@ -201,6 +204,21 @@ class Materialized:
         return Mismatch(int(diff.size), int(actual.size), first, bad_out)
 
 
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """All of `t`'s storage as one uint8 tensor (a view: writing it writes `t`'s memory)."""
+    import torch
+
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def _before(t: torch.Tensor) -> torch.Tensor:
+    """What ``restore`` writes back into `t`: a clone, or for a view whose elements share memory
+    (a stride-0 broadcast, which copy_ refuses to write) its storage's bytes."""
+    if any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape)):
+        return _storage_bytes(t).clone()
+    return t.clone()
+
+
 def materialize(case: Case, device: str) -> Materialized:
     """Allocate and fill the case's memory on `device`; raise CaseError if it is impossible.
 
@@ -241,6 +259,6 @@ def materialize(case: Case, device: str) -> Materialized:
         raise CaseError(f"malformed case: {exc}") from None
     return Materialized(case, device, arena, snapshot, prepared.expected, prepared.args, prepared.kwargs,
                         outputs=prepared.outputs,
-                        output_snapshots={o.name: prepared.args[o.name].clone() for o in prepared.outputs},
+                        output_snapshots={o.name: _before(prepared.args[o.name]) for o in prepared.outputs},
                         arena_snapshot=arena_snapshot, positions=positions, device_positions=positions_dev,
                         perturb=perturb)

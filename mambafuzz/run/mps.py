@@ -80,7 +80,7 @@ def daemon(wanted: bool) -> Iterator[tuple[dict[str, str], str | None]]:
         shutil.rmtree(folder, ignore_errors=True)
         yield {}, f"{CONTROL} -d failed ({exc}): the workers time-slice the GPU"
         return
-    if started.returncode != 0:
+    if started.returncode:  # the daemon did not start
         shutil.rmtree(folder, ignore_errors=True)
         why = (started.stderr or started.stdout).strip().splitlines()[-1:] or [f"exit {started.returncode}"]
         yield {}, f"{CONTROL} -d: {why[0]}: the workers time-slice the GPU"
