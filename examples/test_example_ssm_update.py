@@ -3,7 +3,7 @@
 The engine's function is vLLM-shaped: ``selective_state_update(state, x, dt, A, B, C, D, z, dt_bias,
 dt_softplus, state_batch_indices, dst_state_batch_indices, pad_slot_id, out, num_accepted_tokens,
 cu_seqlens)``, one program per (dim block, row, head), the token loop bounded by a length loaded from
-``cu_seqlens``, a pad row's state loaded as zeros (its output written from them, which the contract
+``cu_seqlens`` (an empty row returns before it stores), a pad row's state loaded as zeros (its output written from them, which the contract
 does not judge) and nothing stored for it; the full ``[H, D, N]`` strides of ``A`` are read, so the
 per-head value broadcast with strides (1, 0, 0) works as is.
 
@@ -33,6 +33,8 @@ def _engine_ssu_kernel(state_ptr, x_ptr, dt_ptr, dt_bias_ptr, A_ptr, B_ptr, C_pt
     if VARLEN:
         bos = tl.load(cu_ptr + pid_b)
         seq_len = tl.load(cu_ptr + pid_b + 1) - bos
+        if seq_len == 0:  # an empty row stores nothing (vLLM returns here too)
+            return
     else:
         bos = pid_b
         seq_len = 1
