@@ -268,6 +268,11 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
             # GPU's first worker, with half the memory, draws such cases too
             raise Rejected(f"too big for this worker's share of the GPU memory "
                            f"({float(os.environ['MAMBAFUZZ_GPU_MEMORY_SHARE']):.0%})") from exc
+        if device == "cuda" and _is_cuda_fault(exc) and os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+            # under MPS a neighbour's fault reaches every client of the GPU, here too: a fault, which the
+            # session replays alone before it counts (run.confirm), never mambafuzz's own error
+            return Verdict(reps=1, failures=1, mode=mode, fault=f"{type(exc).__name__}: {exc} (on a GPU shared "
+                           "under MPS, outside the target's call)")
         raise _ours("running the case", exc) from exc
 
 

@@ -14,6 +14,7 @@ the resume state holds, ``TargetReport.to_json`` and ``Finding.to_json``.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -37,6 +38,9 @@ from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, write_
 from mambafuzz.run.clock import Deadline
 from mambafuzz.run.mps import memory_share
 from mambafuzz.report.outcome import WORKER_CONTEXT_LOST, WORKER_DONE
+
+
+FALSE_STARTS = 3  # a worker slot that dies this often before it is ready stops being restarted
 
 
 @dataclass
@@ -152,6 +156,7 @@ class _Live:
     current_target: str | None = None
     current_case: dict | None = None
     last_heard: float = field(default_factory=time.monotonic)
+    ready: bool = False                # it said hello: it got past start-up
 
 
 def session_key(targets: list[dict], sopts: SessionOptions) -> str:
@@ -176,6 +181,8 @@ class Session:
         self._partials: dict[str, dict] = {}
         self.restarts = 0
         self.mps = False  # whether the workers run under an MPS daemon (runner.run_isolated says)
+        self._suspects: list[dict] = []   # faults from a GPU shared under MPS, replayed alone before they count
+        self._false_starts: dict[int, int] = {}  # worker slot -> deaths before hello, in a row
         if self.state_path and self.state_path.exists() and not sopts.fresh:
             self._load_state()
 
@@ -206,7 +213,8 @@ class Session:
         k = self.sopts.workers_per_gpu
         spec = WorkerSpec(index=index, device=self.sopts.device, gpu=gpu, targets=remaining,
                           options=self.sopts.options, seed_offset=7919 * index + 104729 * self.restarts,
-                          deadline=self.deadline, memory_share=memory_share(index % k, k) if k > 1 else None)
+                          deadline=self.deadline,
+                          memory_share=memory_share(index % k, k) if k > 1 and self.sopts.device == "cuda" else None)
         parent_conn, child_conn = ctx.Pipe(duplex=False)
         process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=True)
         process.start()
@@ -247,13 +255,16 @@ class Session:
         finding = Finding(target=name, contract=case.contract, device=self.sopts.device,
                           mode=self.sopts.options["mode"], case=case, verdict=verdict)
         crashes_dir = self.sopts.options.get("crashes_dir")
-        written = False
+        written, path = False, None
         if crashes_dir is not None:
-            _, written = findings.save(finding, Path(crashes_dir))
+            path, written = findings.save(finding, Path(crashes_dir))
         self._merge({"target": name, "contract": case.contract, "_worker": f"dead-{live.spec.index}"})
         rep = self.reports[name]
         if rep.finding is None:
             rep.finding, rep.written = finding, written
+        if self._shared() and written and kind == "crash":
+            self._suspects.append({"target": name, "path": str(path), "gpu": live.spec.gpu,
+                                   "worker": live.spec.index})
 
     def run(self) -> list:
         ctx = mp.get_context("spawn")
@@ -292,10 +303,14 @@ class Session:
                             if code != WORKER_CONTEXT_LOST:  # a CUDA fault: the worker reported it already
                                 self._fault_finding(w, f"worker died (exit code {code})", "crash")
                         self._finish_target(w, w.current_target)
-                    remaining = [t for t in w.remaining if t["spec"] not in self.done]
-                    if remaining and (hung or w.process.exitcode != WORKER_DONE):
-                        self.restarts += 1
-                        live.append(self._start(w.spec.index, w.spec.gpu, remaining, ctx))
+                    gone = [w]
+                    if self._shared() and w.process.exitcode != WORKER_DONE and not hung:
+                        gone += self._drain(w.spec.gpu, live)  # the fault reached the GPU's every client
+                        self._confirm(w.spec.gpu, gone)
+                        for other in live:  # the parent was busy replaying: their silence is not a hang
+                            other.last_heard = time.monotonic()
+                    for dead in gone:
+                        self._restart(dead, hung and dead is w, live, ctx)
                     self.on_update(self.reports)
         except KeyboardInterrupt:
             interrupted = True
@@ -314,6 +329,70 @@ class Session:
             elif self.state_path.exists():
                 self.state_path.unlink()  # finished: the next run starts fresh
         return [self.reports[n] for n in self._order() if n in self.reports]
+
+    def _shared(self) -> bool:
+        """Whether a GPU's workers are MPS clients of one server (a fault in one reaches them all)."""
+        return self.mps and self.sopts.device == "cuda" and self.sopts.workers_per_gpu > 1
+
+    def _drain(self, gpu: int | None, live: list[_Live]) -> list[_Live]:
+        """Stop the other workers of `gpu` (their contexts are broken too; the MPS server takes no new
+        client until all are gone); their cases in flight are no findings.  The stopped workers."""
+        others = [x for x in live if x.spec.gpu == gpu]
+        self._stop_workers(others, grace=10.0)
+        for x in others:
+            live.remove(x)
+            x.current_case = None
+        for name, rep in self.reports.items():  # stopped by us, not by the user: they run on
+            if name not in self.done:
+                rep.interrupted = False
+        return others
+
+    def _confirm(self, gpu: int | None, gone: list[_Live]) -> None:
+        """Replay each fault reported from `gpu` alone; one that does not recur is dropped and its target
+        fuzzed again (by the worker that reported it)."""
+        from mambafuzz.run.confirm import confirm_alone
+
+        mine = [x for x in self._suspects if x["gpu"] == gpu]
+        self._suspects = [x for x in self._suspects if x["gpu"] != gpu]
+        for suspect in mine:
+            confirmed, line = confirm_alone(suspect["path"], gpu, self.sopts.hang_timeout, self.sopts.device)
+            if confirmed:
+                continue
+            name, rep = suspect["target"], self.reports.get(suspect["target"])
+            if rep is not None and rep.finding is not None and str(rep.finding.path) == suspect["path"]:
+                rep.finding, rep.written = None, False
+                rep.stop, rep.finished = "not-run", False
+                rep.detail = (f"a fault on the shared GPU did not recur alone ({line}): not a finding, "
+                              "fuzzed again")
+            with contextlib.suppress(OSError):
+                Path(suspect["path"]).unlink()  # mambafuzz's own file, of a case that passes alone
+            self.done.discard(name)
+            entry = next((t for t in self.targets if t.get("name", t["spec"]) == name), None)
+            owner = next((x for x in gone if x.spec.index == suspect["worker"]), None)
+            if entry is not None and owner is not None and entry not in owner.remaining:
+                owner.remaining.insert(0, entry)
+        self._save_state()
+
+    def _restart(self, w: _Live, hung: bool, live: list[_Live], ctx) -> None:
+        """A fresh worker for `w`'s remaining targets; a slot whose worker keeps dying before it is ready
+        (a GPU it cannot open) gives its targets up as internal errors instead of looping."""
+        remaining = [t for t in w.remaining if t["spec"] not in self.done]
+        if not remaining or not (hung or w.process.exitcode != WORKER_DONE):
+            return
+        if not w.ready:
+            count = self._false_starts[w.spec.index] = self._false_starts.get(w.spec.index, 0) + 1
+            if count >= FALSE_STARTS:
+                why = (f"internal error: the worker for GPU {w.spec.gpu} died {count} times before it was "
+                       f"ready (last exit code {w.process.exitcode}; its stderr says why)")
+                for t in remaining:
+                    name = t.get("name", t["spec"])
+                    if name not in self.reports or self.reports[name].finding is None:
+                        self.reports[name] = TargetReport(name, t.get("contract") or "?", stop="internal-error",
+                                                          finished=True, detail=why)
+                return
+            time.sleep(1.0)  # an MPS server still letting its last clients go
+        self.restarts += 1
+        live.append(self._start(w.spec.index, w.spec.gpu, remaining, ctx))
 
     def _order(self) -> list[str]:
         names = [t.get("name", t["spec"]) for t in self.targets]
@@ -351,6 +430,8 @@ class Session:
     def _handle(self, w: _Live, message) -> None:
         kind, body = message
         if kind == "hello":
+            w.ready = True
+            self._false_starts.pop(w.spec.index, None)
             _, end = body
             if self.deadline.end is None and end is not None:  # --time runs from the first worker ready
                 self.deadline = dataclasses.replace(self.deadline, end=end)
@@ -364,6 +445,9 @@ class Session:
                 rep = self.reports[body["target"]] = TargetReport(body["target"], body["contract"])
             rep.finding = Finding.from_json(body)
             rep.written = True
+            if self._shared() and rep.finding.verdict.kind in ("fault", "crash") and body.get("path"):
+                self._suspects.append({"target": body["target"], "path": body["path"], "gpu": w.spec.gpu,
+                                       "worker": w.spec.index})
             self.on_update(self.reports)
         elif kind in ("progress", "report"):
             body = {**body, "_worker": w.spec.index}

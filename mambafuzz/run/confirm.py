@@ -1,0 +1,58 @@
+"""A fault seen on a GPU shared under MPS is replayed alone before it counts.
+
+Under MPS the workers of one GPU share one server, and a fatal fault in any of
+them (an illegal address) is raised in every client on that GPU: each worker's
+case in flight then reads as a fault, the correct kernels' too, and the server
+takes no new client until they have all gone.  So the session stops the GPU's
+workers and replays each fault its workers reported in a fresh process of its
+own, outside the MPS server, with the GPU to itself: a fault that recurs there
+is the kernel's; one that does not was a neighbour's and is no finding.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+from mambafuzz import findings
+from mambafuzz.run.mps import SHARE_ENV
+
+MPS_ENV = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
+
+
+def under_mps() -> bool:
+    """Whether this process's CUDA context is an MPS client (a fault elsewhere on the GPU can reach it)."""
+    return bool(os.environ.get(MPS_ENV[0]))
+
+
+@contextlib.contextmanager
+def _alone_on(gpu: int | None) -> Iterator[None]:
+    """os.environ for a child that owns `gpu`: no MPS pipe, no memory share (a spawned child copies it)."""
+    saved = {k: os.environ.get(k) for k in (*MPS_ENV, SHARE_ENV, "CUDA_VISIBLE_DEVICES")}
+    for k in (*MPS_ENV, SHARE_ENV):
+        os.environ.pop(k, None)
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def confirm_alone(path: str | Path, gpu: int | None, timeout: float, device: str = "cuda") -> tuple[bool | None, str]:
+    """(True: the fault recurs alone, False: it does not, None: the replay could not tell; the replay's line)."""
+    from mambafuzz.findings.replay import FIXED, STILL_FAILING, replay_isolated
+
+    try:
+        record = findings.load(Path(path))
+    except findings.CrashFileError as exc:
+        return None, str(exc)
+    with _alone_on(gpu):
+        row = replay_isolated(record, device=device, reps=None, mode=None, timeout=timeout)
+    verdict = {STILL_FAILING: True, FIXED: False}.get(row.status)
+    return verdict, row.line()

@@ -1,0 +1,115 @@
+"""A GPU shared under MPS: a fault reaches every client, so faults are replayed alone before they count.
+
+The parent's side runs on the CPU here: a session whose workers are treated as
+sharing one GPU (``_shared``), a target that kills its process once (a fault
+that does not recur alone, as a neighbour's fault does not) beside one that
+kills it every time.
+"""
+import os
+import textwrap
+
+import pytest
+
+import mambafuzz.judge.engine as engine
+from mambafuzz.errors import InternalError
+from mambafuzz.run import confirm
+from mambafuzz.run.session import Session, SessionOptions, plain_options
+
+from common import fuzz_options
+
+TARGETS = textwrap.dedent('''
+    import os, signal
+
+    def crash_always(src_ptrs, dst_ptrs, sizes, *, arena):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    def crash_once(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Dies on its first call in the session (the flag file says), then copies right."""
+        flag = os.environ["CRASH_ONCE_FLAG"]
+        if not os.path.exists(flag):
+            open(flag, "w").close()
+            os.kill(os.getpid(), signal.SIGSEGV)
+        base = arena.data_ptr()
+        for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+            arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+''')
+
+
+class SharedSession(Session):
+    """As if its workers were MPS clients of one GPU."""
+
+    def _shared(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def shared_targets(tmp_path, monkeypatch):
+    (tmp_path / "sharedk.py").write_text(TARGETS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("CRASH_ONCE_FLAG", str(tmp_path / "crashed-once"))
+    return tmp_path
+
+
+def _session(tmp_path, names, cls=SharedSession, workers_per_gpu=2):
+    opts = fuzz_options(tmp_path, max_examples=15, database=None)
+    entries = [{"spec": f"sharedk:{n}", "name": f"sharedk:{n}", "contract": "batch_memcpy", "overlap": "full"}
+               for n in names]
+    sopts = SessionOptions(device="cpu", options=plain_options(opts), workers_per_gpu=workers_per_gpu,
+                           hang_timeout=60, state_dir=None)
+    return cls(entries, sopts)
+
+
+@pytest.mark.matrix
+def test_a_fault_that_does_not_recur_alone_is_no_finding_and_one_that_does_is(shared_targets):
+    reports = {r.target: r for r in _session(shared_targets, ["crash_once", "crash_always"]).run()}
+    once, always = reports["sharedk:crash_once"], reports["sharedk:crash_always"]
+    assert always.status == "finding" and always.finding.verdict.kind == "crash"
+    assert always.finding.path.exists()
+    assert once.status != "finding", once.finding
+    assert os.path.exists(os.environ["CRASH_ONCE_FLAG"])  # it did crash once
+    files = [p.name for p in (shared_targets / "crashes").rglob("*.json")]
+    assert len(files) == 1, files  # the unconfirmed fault's file is gone, the confirmed one kept
+    assert once.examples >= 15 and once.status == "clean", (once.status, once.why)
+
+
+def test_without_sharing_the_first_crash_is_the_finding(shared_targets):
+    reports = {r.target: r for r in _session(shared_targets, ["crash_once"], cls=Session, workers_per_gpu=1).run()}
+    assert reports["sharedk:crash_once"].status == "finding"
+
+
+def test_a_worker_that_cannot_start_is_given_up_not_restarted_forever(tmp_path):
+    opts = fuzz_options(tmp_path, database=None)
+    sopts = SessionOptions(device="cuda", options=plain_options(opts), state_dir=None, hang_timeout=60)
+    session = Session([{"spec": "triton.batch_memcpy", "name": "triton.batch_memcpy",
+                        "contract": "batch_memcpy", "overlap": "full"}], sopts)
+    (rep,) = session.run()  # no GPU here: each worker dies in start-up
+    assert rep.status == "inconclusive" and "before it was ready" in rep.why, rep.why
+    assert session.restarts == 2
+
+
+class AcceleratorError(RuntimeError):
+    """Named as torch names a CUDA error."""
+
+
+def test_a_cuda_fault_outside_the_target_under_mps_is_a_fault_else_ours(monkeypatch):
+    def broken(case, device):
+        raise AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(engine, "materialize", broken)
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/some-mps-pipe")
+    verdict = engine.run_case(None, None, "cuda")
+    assert verdict.kind == "fault" and "shared under MPS" in verdict.fault
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY")
+    with pytest.raises(InternalError):
+        engine.run_case(None, None, "cuda")
+
+
+def test_the_replay_alone_has_no_mps_pipe_no_share_and_its_gpu(monkeypatch):
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/p")
+    monkeypatch.setenv("CUDA_MPS_LOG_DIRECTORY", "/l")
+    monkeypatch.setenv("MAMBAFUZZ_GPU_MEMORY_SHARE", "0.5")
+    with confirm._alone_on(3):
+        assert not confirm.under_mps()
+        assert "MAMBAFUZZ_GPU_MEMORY_SHARE" not in os.environ and os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+    assert confirm.under_mps() and os.environ["MAMBAFUZZ_GPU_MEMORY_SHARE"] == "0.5"
