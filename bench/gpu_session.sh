@@ -31,7 +31,7 @@ for step in "$@"; do
     kernel) run kernel 200 "python3 bench/kernel_bench.py --out $W/kernel_bench.md > $W/kernel_bench.log 2>&1; tail -5 $W/kernel_bench.log" ;;
     racy) run racy 240 "python3 bench/gpu_racy.py --reps 100 --out $W/gpu_racy.md > $W/gpu_racy.log 2>&1; tail -5 $W/gpu_racy.log" ;;
     amp) run amp 280 "python3 bench/amplify_bench.py --out $W/amplify.md > $W/amplify.log 2>&1; tail -5 $W/amplify.log" ;;
-    ampzoo) run ampzoo $(( ${ZOO_TIME:-150} + 90 )) "TRITON_CACHE_DIR=\$(mktemp -d) $MF zoo --device cuda --profile gpu-amp --reps 50 --isolate --time ${ZOO_TIME:-150} --json \
+    ampzoo) run ampzoo ${ZOO_LIMIT:-$(( ${ZOO_TIME:-150} + 90 ))} "TRITON_CACHE_DIR=\$(mktemp -d) $MF zoo --device cuda --profile gpu-amp --reps 50 --isolate --time ${ZOO_TIME:-150} --json \
               --crashes-dir $W/ampzoo-crashes > $W/zoo_gpu_amp.json 2> $W/zoo_gpu_amp.err;
             python3 -c \"import json; d=json.load(open('$W/zoo_gpu_amp.json')); print(sum(t['caught'] for t in d['targets']), 'of', len(d['targets']), 'caught');
 [print(t['target'], t['caught'], t['status'], (t.get('finding') or {}).get('seconds_to_first'), (t.get('finding') or {}).get('case_summary')) for t in d['targets']]\"" ;;
