@@ -281,6 +281,8 @@ class Session:
                 ready = wait([w.conn for w in live] + [w.process.sentinel for w in live], timeout=0.25)
                 now = time.monotonic()
                 for w in list(live):
+                    if w not in live:  # stopped with its GPU while this pass ran (_drain)
+                        continue
                     died = w.process.sentinel in ready and not w.conn.poll()
                     try:
                         while w.conn.poll():
