@@ -128,7 +128,9 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
     p.add_argument("--workers-per-gpu", type=_processes, default="auto", metavar="auto|K",
                    help="on cuda with --isolate, K workers fuzz each GPU at once, under a CUDA MPS daemon of "
-                        "the session's own (auto: 1 core in 2 per GPU, at most 8; 1: one worker)")
+                        "the session's own (auto: for fuzz 1 core in 2 per GPU, at most 8; for zoo 1, since its "
+                        "rows are short runs of faulting kernels and each fault stops the GPU's workers "
+                        "while it is replayed alone; 1: one worker)")
     p.add_argument("--mps", action=argparse.BooleanOptionalAction, default=True,
                    help="with more than one worker per GPU, start a private CUDA MPS daemon so that their "
                         "kernels run side by side instead of time-slicing (--no-mps: time-slice)")
@@ -406,7 +408,8 @@ class _View:
                       flush=True)
 
 
-def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool):
+def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool,
+                 auto_per_gpu: bool = True):
     """Run the targets under a view; Ctrl-C / SIGTERM stop cleanly, keeping what was found."""
     from mambafuzz.run import runner
 
@@ -419,8 +422,10 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
     per_gpu = 1
     if device == "cuda" and (isolate or args.gpus):
         from mambafuzz.run.mps import default_workers_per_gpu
-        per_gpu = default_workers_per_gpu(len(gpus) if gpus else 1) if args.workers_per_gpu == "auto" \
-            else args.workers_per_gpu
+        if args.workers_per_gpu != "auto":
+            per_gpu = args.workers_per_gpu
+        elif auto_per_gpu:
+            per_gpu = default_workers_per_gpu(len(gpus) if gpus else 1)
     helpers = args.precompile
     if helpers == "auto":
         helpers = precompile.default_processes(device, (len(gpus) if gpus else 1) * per_gpu)
@@ -546,7 +551,7 @@ def cmd_zoo(args) -> int:
     opts = _fuzz_options(args, device)
     title = f"mambafuzz zoo ({device}, {opts.mode})"
     reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
-                           isolate=bool(args.isolate))
+                           isolate=bool(args.isolate), auto_per_gpu=False)
     by_name = {t.name: t for t in targets}
     rows, expected = [], {}
     for r in reports:
