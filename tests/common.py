@@ -46,6 +46,18 @@ def zoo_options(tmp_path, **kw) -> FuzzOptions:
     return fuzz_options(tmp_path, **{"max_examples": 300, "seed": 1, "database": None, "crashes_dir": tmp_path, **kw})
 
 
+def clean_under_zoo_fuzzing(name: str, tmp_path, examples: int, **contract_options) -> None:
+    """A correct registry target fuzzed as the zoo rows are: no finding, `examples` valid examples."""
+    from mambafuzz.kernels import registry
+    from mambafuzz.search.fuzz import fuzz_target
+
+    opts = zoo_options(tmp_path, max_examples=examples, **({"contract_options": contract_options}
+                                                           if contract_options else {}))
+    report = fuzz_target(registry.get(name), opts)
+    assert report.finding is None, report.finding.verdict.summary()
+    assert report.examples == examples and not report.rejected, report.rejected
+
+
 def python_memmove(src_ptrs, dst_ptrs, sizes, *, arena):
     """A correct user kernel: memmove through a clone."""
     base = arena.data_ptr()

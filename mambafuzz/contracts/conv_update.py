@@ -29,7 +29,7 @@ from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, pla
 
 from .base import Argument, CliOption, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, to_float64
+from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, rows_dropped, to_float64
 
 class ConvUpdate(Contract):
     name = "conv_update"
@@ -262,16 +262,7 @@ class ConvUpdate(Contract):
     def candidates(self, case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
         """Rows dropped; fewer tokens; a narrower pool and conv; extras off; slots renumbered low."""
         r = dataclasses.replace
-        rows = len(case.lens)
-
-        def drop(i):
-            def cut(v):
-                return None if v is None else v[:i] + v[i + 1:]
-            return r(case, lens=cut(case.lens), idx=cut(case.idx), nacc=cut(case.nacc), init=cut(case.init),
-                     last=cut(case.last))
-        if rows > 1:
-            for i in range(rows):
-                yield drop(i)
+        yield from rows_dropped(case, ("lens", "idx", "nacc", "init", "last"))
         if case.lens and max(case.lens) > 1:
             shorter = tuple(max(0 if case.varlen else 1, n - 1) for n in case.lens)
             nacc = None if case.nacc is None else tuple(min(a, max(n, 1)) for a, n in zip(case.nacc, shorter))

@@ -25,7 +25,7 @@ from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
 from .base import Argument, CliOption, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, to_float64
+from .updates import finite_values, from_float64, min_accepted_option, pad_option, rows_dropped, to_float64
 
 
 class DeltaUpdate(Contract):
@@ -208,15 +208,7 @@ class DeltaUpdate(Contract):
     def candidates(self, case: DeltaUpdateCase) -> Iterator[DeltaUpdateCase]:
         """Sequences dropped; fewer tokens; extras off; smaller heads; slots renumbered low."""
         r = dataclasses.replace
-        rows = len(case.lens)
-
-        def drop(i):
-            def cut(v):
-                return None if v is None else v[:i] + v[i + 1:]
-            return r(case, lens=cut(case.lens), idx=cut(case.idx), nacc=cut(case.nacc), inter_idx=cut(case.inter_idx))
-        if rows > 1:
-            for i in range(rows):
-                yield drop(i)
+        yield from rows_dropped(case, ("lens", "idx", "nacc", "inter_idx"))
         if case.lens and max(case.lens) > 1:
             yield r(case, lens=tuple(max(0, n - 1) for n in case.lens))
         for extra in ({"perturb": None}, {"kda": False}, {"beta_per_v": False}, {"l2norm": False}, {"nacc": None},

@@ -33,7 +33,7 @@ from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 
 from .base import Argument, CliOption, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, to_float64
+from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, rows_dropped, to_float64
 
 
 class SsmUpdate(Contract):
@@ -341,15 +341,7 @@ class SsmUpdate(Contract):
     def candidates(self, case: SsmUpdateCase) -> Iterator[SsmUpdateCase]:
         """Rows dropped; fewer tokens; a smaller state; extras off; slots renumbered low."""
         r = dataclasses.replace
-        rows = len(case.lens)
-
-        def drop(i):
-            def cut(v):
-                return None if v is None else v[:i] + v[i + 1:]
-            return r(case, lens=cut(case.lens), src=cut(case.src), dst=cut(case.dst), nacc=cut(case.nacc))
-        if rows > 1:
-            for i in range(rows):
-                yield drop(i)
+        yield from rows_dropped(case, ("lens", "src", "dst", "nacc"))
         if case.varlen and case.lens and max(case.lens) > 1:
             yield r(case, lens=tuple(max(0, k - 1) for k in case.lens))
         for extra in ({"perturb": None}, {"has_z": False}, {"has_d": False}, {"has_dt_bias": False},

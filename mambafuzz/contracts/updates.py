@@ -1,6 +1,8 @@
 """What every update contract of SPEC 2.7 shares: stored floats to float64 and back, distinct finite
-values to fill slots with, and the pad and min-accepted options."""
+values to fill slots with, the pad and min-accepted options, and the one-row-fewer shrink step."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -45,3 +47,15 @@ def min_accepted_option(contract: str, value) -> int:
     if got not in (0, 1):
         raise UsageError(f"{contract} option min_accepted must be 0 or 1, got {value!r}")
     return got
+
+
+def rows_dropped(case, fields: tuple[str, ...]):
+    """The cases with one row fewer (a shrink step): row i cut from each per-row field in `fields` (None
+    stays None); none for a one-row case."""
+    rows = len(getattr(case, fields[0]))
+    if rows < 2:
+        return
+    for i in range(rows):
+        cut = {f: None if getattr(case, f) is None else getattr(case, f)[:i] + getattr(case, f)[i + 1:]
+               for f in fields}
+        yield dataclasses.replace(case, **cut)

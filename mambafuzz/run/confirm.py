@@ -10,13 +10,11 @@ is the kernel's; one that does not was a neighbour's and is no finding.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
-from typing import Iterator
 
 from mambafuzz import findings
-from mambafuzz.run.mps import SHARE_ENV
+from mambafuzz.run.mps import SHARE_ENV, environ
 
 MPS_ENV = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
 
@@ -26,22 +24,12 @@ def under_mps() -> bool:
     return bool(os.environ.get(MPS_ENV[0]))
 
 
-@contextlib.contextmanager
-def _alone_on(gpu: int | None) -> Iterator[None]:
+def _alone_on(gpu: int | None):
     """os.environ for a child that owns `gpu`: no MPS pipe, no memory share (a spawned child copies it)."""
-    saved = {k: os.environ.get(k) for k in (*MPS_ENV, SHARE_ENV, "CUDA_VISIBLE_DEVICES")}
-    for k in (*MPS_ENV, SHARE_ENV):
-        os.environ.pop(k, None)
+    changes = {k: None for k in (*MPS_ENV, SHARE_ENV)}
     if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        changes["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return environ(changes)
 
 
 def confirm_alone(path: str | Path, gpu: int | None, timeout: float, device: str = "cuda") -> tuple[bool | None, str]:

@@ -53,6 +53,25 @@ SHARE_ENV = "MAMBAFUZZ_GPU_MEMORY_SHARE"
 
 
 @contextlib.contextmanager
+def environ(changes: dict[str, str | None]) -> Iterator[None]:
+    """`changes` in os.environ for the span (None removes a variable); children started inside inherit it."""
+    saved = {k: os.environ.get(k) for k in changes}
+    for k, v in changes.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
 def daemon(wanted: bool) -> Iterator[tuple[dict[str, str], str | None]]:
     """(environment for the workers, why there is no daemon or None) for the session's span.
 

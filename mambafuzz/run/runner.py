@@ -13,9 +13,7 @@ example, then every target not reached is reported as interrupted.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import time
 from typing import Callable
 
@@ -100,20 +98,5 @@ def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadl
     ahead = [t for t in targets if t.name not in session.done]
     with mps_daemon.daemon(mps and sopts.workers_per_gpu > 1) as (env, why):
         session.mps = why is None
-        with _environ(env), precompile.ahead(ahead, opts, precompile_processes, gpus):  # children inherit it
+        with mps_daemon.environ(env), precompile.ahead(ahead, opts, precompile_processes, gpus):  # children inherit it
             return session.run()
-
-
-@contextlib.contextmanager
-def _environ(env: dict[str, str]):
-    """`env` in os.environ for the span (child processes started inside inherit it)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

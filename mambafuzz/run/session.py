@@ -297,6 +297,7 @@ class Session:
                         w.process.kill()
                     w.process.join(5)
                     live.remove(w)
+                    mid_case = w.current_case is not None
                     if w.current_case is not None and w.current_target is not None:
                         if hung:
                             self._fault_finding(w, f"no progress for {self.sopts.hang_timeout:g} s", "hang")
@@ -306,7 +307,8 @@ class Session:
                                 self._fault_finding(w, f"worker died (exit code {code})", "crash")
                         self._finish_target(w, w.current_target)
                     gone = [w]
-                    if self._shared() and w.process.exitcode != WORKER_DONE and not hung:
+                    faulted = w.process.exitcode == WORKER_CONTEXT_LOST or (mid_case and not hung)
+                    if self._shared() and faulted:
                         gone += self._drain(w.spec.gpu, live)  # the fault reached the GPU's every client
                         self._confirm(w.spec.gpu, gone)
                         for other in live:  # the parent was busy replaying: their silence is not a hang

@@ -2,9 +2,8 @@
 two rows; the correct Triton kernel and the torch path clean under the same fuzzing, with the race check on."""
 import pytest
 
-from common import caught_and_shrunk, zoo_options
+from common import caught_and_shrunk, clean_under_zoo_fuzzing
 from mambafuzz.kernels import registry
-from mambafuzz.search.fuzz import fuzz_target
 
 ROWS = [e.id for e in registry.ZOO if e.contract == "ssm_update"]
 
@@ -25,14 +24,9 @@ def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
 @pytest.mark.matrix
 @pytest.mark.parametrize("name", ["triton.ssm_update", "torch.ssm_update"])
 def test_correct_kernels_pass_the_same_fuzzing(name, tmp_path):
-    report = fuzz_target(registry.get(name), zoo_options(tmp_path, max_examples=80))
-    assert report.finding is None, report.finding.verdict.summary()
-    assert report.examples == 80 and not report.rejected
+    clean_under_zoo_fuzzing(name, tmp_path, 80)
 
 
 @pytest.mark.matrix
 def test_the_correct_kernel_is_clean_with_nacc_0_and_pad_0(tmp_path):
-    opts = zoo_options(tmp_path, max_examples=40, contract_options={"min_accepted": "0", "pad": "0"})
-    report = fuzz_target(registry.get("triton.ssm_update"), opts)
-    assert report.finding is None, report.finding.verdict.summary()
-    assert report.examples == 40
+    clean_under_zoo_fuzzing("triton.ssm_update", tmp_path, 40, min_accepted="0", pad="0")

@@ -67,6 +67,41 @@ def check_nested(name: str, value, depth: int) -> None:
         check_nested(f"{name}[{i}]", v, depth - 1)
 
 
+def one_of(name: str, choices):
+    """A field check: the value is one of `choices`."""
+    def check(value) -> None:
+        if value not in choices:
+            raise CaseError(f"case field {name!r} must be one of {', '.join(map(str, choices))}, got {show(value)}")
+    return check
+
+
+def boolean(name: str):
+    """A field check: true or false."""
+    def check(value) -> None:
+        if not isinstance(value, bool):
+            raise CaseError(f"case field {name!r} must be true or false, got {show(value)}")
+    return check
+
+
+def optional_int_list(name: str, low: int | None):
+    """A field check: null, or a list of integers >= `low`."""
+    def check(value) -> None:
+        if value is not None:
+            check_int_list(name, value, low)
+    return check
+
+
+def index_table(name: str, rows: str = "B", optional: bool = False):
+    """A field check: a rectangular [rows][C] integer table with C >= 1 (null allowed if `optional`)."""
+    def check(value) -> None:
+        if value is None and optional:
+            return
+        check_nested(name, value, 2)
+        if len({len(row) for row in value}) > 1 or any(len(row) == 0 for row in value):
+            raise CaseError(f"case field {name!r} must be rectangular [{rows}][C] with C >= 1")
+    return check
+
+
 def check_objects(name: str, noun: str, value, required, known, check_member) -> None:
     """A list of JSON objects (pools, buffers): each an object with every `required` key and none
     outside `known`; ``check_member(where, key, member_value)`` judges each member's type."""

@@ -16,39 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import CaseBase, check_int, check_int_list, check_nested, show
-from mambafuzz.errors import CaseError
+from mambafuzz.contracts.cases import (CaseBase, boolean, check_int, check_int_list, index_table, one_of,
+                                       optional_int_list)
 
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 LAYOUTS = ("dim", "token")
 PADS = (-1, 0)
-
-
-def _one_of(name: str, choices):
-    def check(value) -> None:
-        if value not in choices:
-            raise CaseError(f"case field {name!r} must be one of {', '.join(map(str, choices))}, got {show(value)}")
-    return check
-
-
-def _bool(name: str):
-    def check(value) -> None:
-        if not isinstance(value, bool):
-            raise CaseError(f"case field {name!r} must be true or false, got {show(value)}")
-    return check
-
-
-def _optional_list(name: str, low: int):
-    def check(value) -> None:
-        if value is not None:
-            check_int_list(name, value, low)
-    return check
-
-
-def _check_idx(value) -> None:
-    check_nested("idx", value, 2)
-    if len({len(row) for row in value}) > 1 or any(len(row) == 0 for row in value):
-        raise CaseError("case field 'idx' must be rectangular [B][C] with C >= 1")
 
 
 @dataclass(frozen=True)
@@ -56,25 +29,25 @@ class ConvUpdateCase(CaseBase):
     contract: ClassVar[str] = "conv_update"
     FIELD_CHECKS: ClassVar[dict] = {
         "arena_size": lambda v: check_int("arena_size", v, 1),
-        "dtype": _one_of("dtype", tuple(DTYPES)),
-        "layout": _one_of("layout", LAYOUTS),
+        "dtype": one_of("dtype", tuple(DTYPES)),
+        "layout": one_of("layout", LAYOUTS),
         "offset": lambda v: check_int("offset", v, 0),
         "slots": lambda v: check_int("slots", v, 1),
         "dim": lambda v: check_int("dim", v, 1),
         "state_len": lambda v: check_int("state_len", v, 1),
         "slot_stride": lambda v: check_int("slot_stride", v, 1),
         "width": lambda v: check_int("width", v, 2),
-        "bias": _bool("bias"),
-        "silu": _bool("silu"),
-        "varlen": _bool("varlen"),
+        "bias": boolean("bias"),
+        "silu": boolean("silu"),
+        "varlen": boolean("varlen"),
         "lens": lambda v: check_int_list("lens", v, 0),
-        "idx": _check_idx,
-        "idx_2d": _bool("idx_2d"),
+        "idx": index_table("idx", "B"),
+        "idx_2d": boolean("idx_2d"),
         "idx_stride": lambda v: check_int("idx_stride", v, 1),
-        "nacc": _optional_list("nacc", 0),
-        "init": _optional_list("init", 0),
-        "last": _optional_list("last", 0),
-        "pad": _one_of("pad", PADS),
+        "nacc": optional_int_list("nacc", 0),
+        "init": optional_int_list("init", 0),
+        "last": optional_int_list("last", 0),
+        "pad": one_of("pad", PADS),
     }
     arena_size: int
     dtype: str

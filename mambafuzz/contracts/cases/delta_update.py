@@ -18,39 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import CaseBase, check_int, check_int_list, check_nested, show
-from mambafuzz.errors import CaseError
+from mambafuzz.contracts.cases import (CaseBase, boolean, check_int, check_int_list, index_table, one_of,
+                                       optional_int_list)
 
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 LAYOUTS = ("vk", "kv")
 PADS = (-1, 0)
-
-
-def _one_of(name: str, choices):
-    def check(value) -> None:
-        if value not in choices:
-            raise CaseError(f"case field {name!r} must be one of {', '.join(map(str, choices))}, got {show(value)}")
-    return check
-
-
-def _bool(name: str):
-    def check(value) -> None:
-        if not isinstance(value, bool):
-            raise CaseError(f"case field {name!r} must be true or false, got {show(value)}")
-    return check
-
-
-def _optional_list(name: str, low: int | None):
-    def check(value) -> None:
-        if value is not None:
-            check_int_list(name, value, low)
-    return check
-
-
-def _check_idx(value) -> None:
-    check_nested("idx", value, 2)
-    if len({len(row) for row in value}) > 1 or any(len(row) == 0 for row in value):
-        raise CaseError("case field 'idx' must be rectangular [N][C] with C >= 1")
 
 
 @dataclass(frozen=True)
@@ -58,26 +31,26 @@ class DeltaUpdateCase(CaseBase):
     contract: ClassVar[str] = "delta_update"
     FIELD_CHECKS: ClassVar[dict] = {
         "arena_size": lambda v: check_int("arena_size", v, 1),
-        "dtype": _one_of("dtype", tuple(DTYPES)),
-        "act_dtype": _one_of("act_dtype", tuple(DTYPES)),
-        "layout": _one_of("layout", LAYOUTS),
+        "dtype": one_of("dtype", tuple(DTYPES)),
+        "act_dtype": one_of("act_dtype", tuple(DTYPES)),
+        "layout": one_of("layout", LAYOUTS),
         "slots": lambda v: check_int("slots", v, 1),
         "heads": lambda v: check_int("heads", v, 1),
         "group": lambda v: check_int("group", v, 1),
         "key_dim": lambda v: check_int("key_dim", v, 1),
         "value_dim": lambda v: check_int("value_dim", v, 1),
         "lens": lambda v: check_int_list("lens", v, 0),
-        "idx": _check_idx,
-        "idx_2d": _bool("idx_2d"),
+        "idx": index_table("idx", "N"),
+        "idx_2d": boolean("idx_2d"),
         "idx_stride": lambda v: check_int("idx_stride", v, 1),
-        "nacc": _optional_list("nacc", 0),
-        "pad": _one_of("pad", PADS),
-        "kda": _bool("kda"),
-        "beta_per_v": _bool("beta_per_v"),
-        "l2norm": _bool("l2norm"),
+        "nacc": optional_int_list("nacc", 0),
+        "pad": one_of("pad", PADS),
+        "kda": boolean("kda"),
+        "beta_per_v": boolean("beta_per_v"),
+        "l2norm": boolean("l2norm"),
         "inter_rows": lambda v: check_int("inter_rows", v, 0),
         "cache_steps": lambda v: check_int("cache_steps", v, 0),
-        "inter_idx": _optional_list("inter_idx", None),
+        "inter_idx": optional_int_list("inter_idx", None),
     }
     arena_size: int
     dtype: str

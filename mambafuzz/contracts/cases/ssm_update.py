@@ -19,42 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import CaseBase, check_int, check_int_list, check_nested, show
-from mambafuzz.errors import CaseError
+from mambafuzz.contracts.cases import (CaseBase, boolean, check_int, check_int_list, index_table, one_of,
+                                       optional_int_list)
 
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 PADS = (-1, 0)
-
-
-def _one_of(name: str, choices):
-    def check(value) -> None:
-        if value not in choices:
-            raise CaseError(f"case field {name!r} must be one of {', '.join(map(str, choices))}, got {show(value)}")
-    return check
-
-
-def _bool(name: str):
-    def check(value) -> None:
-        if not isinstance(value, bool):
-            raise CaseError(f"case field {name!r} must be true or false, got {show(value)}")
-    return check
-
-
-def _table(name: str, optional: bool):
-    def check(value) -> None:
-        if value is None and optional:
-            return
-        check_nested(name, value, 2)
-        if len({len(row) for row in value}) > 1 or any(len(row) == 0 for row in value):
-            raise CaseError(f"case field {name!r} must be rectangular [B][C] with C >= 1")
-    return check
-
-
-def _optional_list(name: str, low: int):
-    def check(value) -> None:
-        if value is not None:
-            check_int_list(name, value, low)
-    return check
 
 
 @dataclass(frozen=True)
@@ -62,8 +31,8 @@ class SsmUpdateCase(CaseBase):
     contract: ClassVar[str] = "ssm_update"
     FIELD_CHECKS: ClassVar[dict] = {
         "arena_size": lambda v: check_int("arena_size", v, 1),
-        "dtype": _one_of("dtype", tuple(DTYPES)),
-        "io_dtype": _one_of("io_dtype", tuple(DTYPES)),
+        "dtype": one_of("dtype", tuple(DTYPES)),
+        "io_dtype": one_of("io_dtype", tuple(DTYPES)),
         "offset": lambda v: check_int("offset", v, 0),
         "slots": lambda v: check_int("slots", v, 1),
         "heads": lambda v: check_int("heads", v, 1),
@@ -72,19 +41,19 @@ class SsmUpdateCase(CaseBase):
         "dstate": lambda v: check_int("dstate", v, 1),
         "slot_stride": lambda v: check_int("slot_stride", v, 1),
         "lens": lambda v: check_int_list("lens", v, 0),
-        "src": _table("src", False),
-        "dst": _table("dst", True),
+        "src": index_table("src", optional=False),
+        "dst": index_table("dst", optional=True),
         "idx_col_stride": lambda v: check_int("idx_col_stride", v, 1),
         "idx_row_stride": lambda v: check_int("idx_row_stride", v, 1),
-        "nacc": _optional_list("nacc", 0),
-        "varlen": _bool("varlen"),
-        "has_z": _bool("has_z"),
-        "has_d": _bool("has_d"),
-        "has_dt_bias": _bool("has_dt_bias"),
-        "softplus": _bool("softplus"),
-        "a_per_head": _bool("a_per_head"),
-        "exact": _bool("exact"),
-        "pad": _one_of("pad", PADS),
+        "nacc": optional_int_list("nacc", 0),
+        "varlen": boolean("varlen"),
+        "has_z": boolean("has_z"),
+        "has_d": boolean("has_d"),
+        "has_dt_bias": boolean("has_dt_bias"),
+        "softplus": boolean("softplus"),
+        "a_per_head": boolean("a_per_head"),
+        "exact": boolean("exact"),
+        "pad": one_of("pad", PADS),
     }
     arena_size: int
     dtype: str
