@@ -342,13 +342,13 @@ class Session:
         """Stop the other workers of `gpu` (their contexts are broken too; the MPS server takes no new
         client until all are gone); their cases in flight are no findings.  The stopped workers."""
         others = [x for x in live if x.spec.gpu == gpu]
+        before = {name: rep.interrupted for name, rep in self.reports.items()}
         self._stop_workers(others, grace=10.0)
         for x in others:
             live.remove(x)
             x.current_case = None
-        for name, rep in self.reports.items():  # stopped by us, not by the user: they run on
-            if name not in self.done:
-                rep.interrupted = False
+        for name, rep in self.reports.items():  # stopped by us, not by the user: not interrupted
+            rep.interrupted = before.get(name, False)
         return others
 
     def _confirm(self, gpu: int | None, gone: list[_Live]) -> None:
