@@ -27,9 +27,10 @@ from mambafuzz.contracts.cases.conv_update import ConvUpdateCase
 from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
 from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, plan_conv_update
 
-from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .base import Argument, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, rows_dropped, to_float64
+from .updates import (UPDATE_CLI_OPTIONS, RAW, finite_values, from_float64, min_accepted_option, pad_option,
+                      rows_dropped, to_float64)
 
 class ConvUpdate(Contract):
     name = "conv_update"
@@ -55,12 +56,7 @@ class ConvUpdate(Contract):
         Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
         Argument("max_query_len", "int", "", "the longest row's token count"),
     )
-    cli_options = (
-        CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
-                                             "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
-        CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 (0) "
-                                                   "or always at least 1"),
-    )
+    cli_options = UPDATE_CLI_OPTIONS
     max_arena = MAX_SPARSE_ARENA
     buckets = {
         "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),

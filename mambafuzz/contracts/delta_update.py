@@ -23,9 +23,10 @@ from mambafuzz import oracle
 from mambafuzz.contracts.cases.delta_update import DeltaUpdateCase
 from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
-from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .base import Argument, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import finite_values, from_float64, min_accepted_option, pad_option, rows_dropped, to_float64
+from .updates import (UPDATE_CLI_OPTIONS, finite_values, from_float64, min_accepted_option, pad_option,
+                      rows_dropped, to_float64)
 
 
 class DeltaUpdate(Contract):
@@ -58,12 +59,7 @@ class DeltaUpdate(Contract):
         Argument("cache_steps", "int", "", "the buffer's steps per row (0: no buffer)"),
         Argument("max_query_len", "int", "", "the longest sequence's token count"),
     )
-    cli_options = (
-        CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
-                                             "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
-        CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 (0) "
-                                                   "or always at least 1"),
-    )
+    cli_options = UPDATE_CLI_OPTIONS
     buckets = {
         "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),
         "state_layout": ("vk", "kv"), "dims": ("K=V", "K!=V"), "dtype": ("float32", "float16", "bfloat16"),

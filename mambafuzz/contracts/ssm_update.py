@@ -31,9 +31,10 @@ from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
 from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
 from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 
-from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .base import Argument, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import RAW, finite_values, from_float64, min_accepted_option, pad_option, rows_dropped, to_float64
+from .updates import (UPDATE_CLI_OPTIONS, RAW, finite_values, from_float64, min_accepted_option, pad_option,
+                      rows_dropped, to_float64)
 
 
 class SsmUpdate(Contract):
@@ -61,12 +62,7 @@ class SsmUpdate(Contract):
         Argument("dt_softplus", "bool", "", "dt = softplus(dt + dt_bias)"),
         Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
     )
-    cli_options = (
-        CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
-                                             "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
-        CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 (0) "
-                                                   "or always at least 1"),
-    )
+    cli_options = UPDATE_CLI_OPTIONS
     max_arena = MAX_SPARSE_ARENA
     buckets = {
         "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),

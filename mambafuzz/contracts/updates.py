@@ -8,6 +8,15 @@ import numpy as np
 
 from mambafuzz.errors import UsageError
 
+from .base import CliOption
+
+# every update contract's CLI options: the engine's pad value and whether nacc can be 0 (SPEC 2.7)
+UPDATE_CLI_OPTIONS = (
+    CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
+                                         "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
+    CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 (0) "
+                                               "or always at least 1"),
+)
 RAW = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
 
 

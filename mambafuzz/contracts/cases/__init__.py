@@ -67,6 +67,10 @@ def check_nested(name: str, value, depth: int) -> None:
         check_nested(f"{name}[{i}]", v, depth - 1)
 
 
+FLOAT_DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}  # the update contracts' float dtypes: bytes
+UPDATE_PADS = (-1, 0)  # SPEC 2.7: the pad slot id, -1 or the null block 0
+
+
 def one_of(name: str, choices):
     """A field check: the value is one of `choices`."""
     def check(value) -> None:

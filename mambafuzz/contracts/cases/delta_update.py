@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (CaseBase, boolean, check_int, check_int_list, index_table, one_of,
-                                       optional_int_list)
+from mambafuzz.contracts.cases import (FLOAT_DTYPES, UPDATE_PADS, CaseBase, boolean, check_int, check_int_list,
+                                       index_table, one_of, optional_int_list)
 
-DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPES = FLOAT_DTYPES
 LAYOUTS = ("vk", "kv")
-PADS = (-1, 0)
+PADS = UPDATE_PADS
 
 
 @dataclass(frozen=True)
