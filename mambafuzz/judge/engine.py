@@ -263,12 +263,14 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     except (CaseError, Rejected, Inconclusive, InternalError):
         raise
     except Exception as exc:
-        if type(exc).__name__ == "OutOfMemoryError" and os.environ.get("MAMBAFUZZ_GPU_MEMORY_SHARE"):
+        from mambafuzz.run import mps  # the worker's sharing of its GPU, as the session set it up
+
+        if type(exc).__name__ == "OutOfMemoryError" and os.environ.get(mps.SHARE_ENV):
             # several workers share the GPU (run.mps): the case is too big for this one's share; the
             # GPU's first worker, with half the memory, draws such cases too
             raise Rejected(f"too big for this worker's share of the GPU memory "
-                           f"({float(os.environ['MAMBAFUZZ_GPU_MEMORY_SHARE']):.0%})") from exc
-        if device == "cuda" and _is_cuda_fault(exc) and os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+                           f"({float(os.environ[mps.SHARE_ENV]):.0%})") from exc
+        if device == "cuda" and _is_cuda_fault(exc) and mps.under_mps():
             # under MPS a neighbour's fault reaches every client of the GPU, here too: a fault, which the
             # session replays alone before it counts (run.confirm), never mambafuzz's own error
             return Verdict(reps=1, failures=1, mode=mode, fault=f"{type(exc).__name__}: {exc} (on a GPU shared "

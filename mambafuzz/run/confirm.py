@@ -10,23 +10,15 @@ is the kernel's; one that does not was a neighbour's and is no finding.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from mambafuzz import findings
-from mambafuzz.run.mps import SHARE_ENV, environ
-
-MPS_ENV = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
-
-
-def under_mps() -> bool:
-    """Whether this process's CUDA context is an MPS client (a fault elsewhere on the GPU can reach it)."""
-    return bool(os.environ.get(MPS_ENV[0]))
+from mambafuzz.run.mps import LOG_ENV, PIPE_ENV, SHARE_ENV, environ
 
 
 def _alone_on(gpu: int | None):
     """os.environ for a child that owns `gpu`: no MPS pipe, no memory share (a spawned child copies it)."""
-    changes = {k: None for k in (*MPS_ENV, SHARE_ENV)}
+    changes = {k: None for k in (PIPE_ENV, LOG_ENV, SHARE_ENV)}
     if gpu is not None:
         changes["CUDA_VISIBLE_DEVICES"] = str(gpu)
     return environ(changes)

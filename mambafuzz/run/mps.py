@@ -50,6 +50,12 @@ def bound_memory(share: float) -> None:
 
 
 SHARE_ENV = "MAMBAFUZZ_GPU_MEMORY_SHARE"
+PIPE_ENV, LOG_ENV = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"  # an MPS client's daemon folders
+
+
+def under_mps() -> bool:
+    """Whether this process's CUDA context is an MPS client (a fault elsewhere on the GPU can reach it)."""
+    return bool(os.environ.get(PIPE_ENV))
 
 
 @contextlib.contextmanager
@@ -80,7 +86,7 @@ def daemon(wanted: bool) -> Iterator[tuple[dict[str, str], str | None]]:
     if not wanted:
         yield {}, "one worker per GPU"
         return
-    if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+    if under_mps():
         yield {}, None  # the user runs one and pointed us at it
         return
     control = shutil.which(CONTROL)
@@ -88,8 +94,7 @@ def daemon(wanted: bool) -> Iterator[tuple[dict[str, str], str | None]]:
         yield {}, f"{CONTROL} not found: the workers time-slice the GPU"
         return
     folder = tempfile.mkdtemp(prefix="mambafuzz-mps-")
-    env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(folder, "pipe"),
-           "CUDA_MPS_LOG_DIRECTORY": os.path.join(folder, "log")}
+    env = {PIPE_ENV: os.path.join(folder, "pipe"), LOG_ENV: os.path.join(folder, "log")}
     for path in env.values():
         os.makedirs(path)
     full = {**os.environ, **env}
@@ -117,7 +122,7 @@ def _quit(control: str, env: dict[str, str]) -> None:
         subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return
-    pipe = env["CUDA_MPS_PIPE_DIRECTORY"]
+    pipe = env[PIPE_ENV]
     for _ in range(50):
         if not os.path.exists(os.path.join(pipe, "control")):
             return

@@ -12,7 +12,7 @@ import pytest
 
 import mambafuzz.judge.engine as engine
 from mambafuzz.errors import InternalError
-from mambafuzz.run import confirm
+from mambafuzz.run import confirm, mps
 from mambafuzz.run.session import Session, SessionOptions, plain_options
 
 from common import fuzz_options
@@ -110,6 +110,6 @@ def test_the_replay_alone_has_no_mps_pipe_no_share_and_its_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_MPS_LOG_DIRECTORY", "/l")
     monkeypatch.setenv("MAMBAFUZZ_GPU_MEMORY_SHARE", "0.5")
     with confirm._alone_on(3):
-        assert not confirm.under_mps()
+        assert not mps.under_mps()
         assert "MAMBAFUZZ_GPU_MEMORY_SHARE" not in os.environ and os.environ["CUDA_VISIBLE_DEVICES"] == "3"
-    assert confirm.under_mps() and os.environ["MAMBAFUZZ_GPU_MEMORY_SHARE"] == "0.5"
+    assert mps.under_mps() and os.environ["MAMBAFUZZ_GPU_MEMORY_SHARE"] == "0.5"
