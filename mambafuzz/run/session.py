@@ -353,14 +353,14 @@ class Session:
 
     def _confirm(self, gpu: int | None, gone: list[_Live]) -> None:
         """Replay each fault reported from `gpu` alone; one that does not recur is dropped and its target
-        fuzzed again (by the worker that reported it)."""
+        fuzzed again (by the worker that reported it); one the replay cannot judge stays a finding."""
         from mambafuzz.run.confirm import confirm_alone
 
         mine = [x for x in self._suspects if x["gpu"] == gpu]
         self._suspects = [x for x in self._suspects if x["gpu"] != gpu]
         for suspect in mine:
             confirmed, line = confirm_alone(suspect["path"], gpu, self.sopts.hang_timeout, self.sopts.device)
-            if confirmed:
+            if confirmed is not False:  # it recurred, or the replay could not tell: the fault stands, file kept
                 continue
             name, rep = suspect["target"], self.reports.get(suspect["target"])
             if rep is not None and rep.finding is not None and str(rep.finding.path) == suspect["path"]:

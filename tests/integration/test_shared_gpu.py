@@ -73,6 +73,14 @@ def test_a_fault_that_does_not_recur_alone_is_no_finding_and_one_that_does_is(sh
     assert once.examples >= 15 and once.status == "clean", (once.status, once.why)
 
 
+@pytest.mark.matrix
+def test_a_fault_the_replay_cannot_judge_stays_a_finding_with_its_file(shared_targets, monkeypatch):
+    monkeypatch.setattr(confirm, "confirm_alone", lambda *a, **k: (None, "inconclusive: no GPU to replay on"))
+    (once,) = _session(shared_targets, ["crash_once"]).run()
+    assert once.status == "finding" and once.finding.verdict.kind == "crash"
+    assert once.finding.path.exists()
+
+
 def test_without_sharing_the_first_crash_is_the_finding(shared_targets):
     reports = {r.target: r for r in _session(shared_targets, ["crash_once"], cls=Session, workers_per_gpu=1).run()}
     assert reports["sharedk:crash_once"].status == "finding"
