@@ -111,7 +111,8 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--time", type=_positive(float), default=time_default, metavar="SECONDS",
                    help="time budget for the whole run, shrinking included; targets share it")
     p.add_argument("--shrink-time", type=_positive(float), default=60.0, metavar="SECONDS",
-                   help="at most this long shrinking one finding (within --time)")
+                   help="at most this long shrinking one finding (within --time; zoo: 5 by default, so "
+                        "that a caught row leaves the rest of its share of --time to the rows after it)")
     p.add_argument("--seed", type=int, default=None, help="seed the draws (the example database still replays)")
     p.add_argument("--crashes-dir", type=Path, default=Path("crashes"), help="where crash files are written")
     p.add_argument("--database", default=".mambafuzz/examples",
@@ -164,6 +165,7 @@ def _add_contract_options(p, *, with_defaults: bool) -> None:
 
 
 SMOKE_TIME = 45.0  # smoke's default --time: a bounded CI job whatever the number of targets
+ZOO_SHRINK_TIME = 5.0  # zoo's default --shrink-time: a caught row gives the rest of its share to the rows after it
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     def fill_zoo(p):
         p.add_argument("--target", action="append", default=None, help="only these zoo targets (names or globs)")
         _add_run_options(p, max_examples=200, time_default=None)
-        p.set_defaults(crashes_dir=Path(".mambafuzz/zoo-crashes"))
+        # a zoo row is there to be caught, not handed over: its shrink is short (--shrink-time)
+        p.set_defaults(crashes_dir=Path(".mambafuzz/zoo-crashes"), shrink_time=ZOO_SHRINK_TIME)
 
     def fill_replay(p):
         from mambafuzz import contracts

@@ -124,6 +124,8 @@ class Materialized:
     # what the arena may hold besides the snapshot: "nothing" (just made or restored), "changes" (only
     # bytes a correct run changes: how a chunk-judged batch leaves it), "anything" (a target ran since)
     arena_holds: str = "nothing"
+    # compare's expectation on the device (None: not made yet; False: the host compares)
+    _device_expect: tuple | bool | None = field(default=None, repr=False)
 
     def restore(self) -> None:
         self.arena_holds = "nothing"
@@ -184,6 +186,8 @@ class Materialized:
         return named
 
     def compare(self) -> Mismatch | None:
+        if self.device != "cpu" and self._same_on_device():
+            return None  # the usual verdict, without the arena and outputs crossing to the host
         if self.device_positions is None:
             actual = self.arena.cpu().numpy()
         else:  # sparse: filler bytes of the image (position -1) are never touched
@@ -202,6 +206,58 @@ class Materialized:
         first = [{"offset": int(a), "expected": int(self.expected[o]), "actual": int(actual[o]),
                   "where": contracts.of(self.case).locate(self.case, int(a))} for o, a in zip(diff[:FIRST_DIFFS], offsets)]
         return Mismatch(int(diff.size), int(actual.size), first, bad_out)
+
+
+    def _same_on_device(self) -> bool:
+        """Whether the arena and every output match on the device (one sync).  False says only "look
+        closer": the host comparison below finds what differs (or not) and reports it."""
+        import torch
+
+        if self._device_expect is False:
+            return False
+        try:
+            return self._device_match(torch)
+        except (RuntimeError, TypeError, ValueError):  # no room, or a dtype torch cannot compare there
+            self._device_expect = False  # the host comparison, from now on, tells (and raises what is real)
+            return False
+
+    def _device_match(self, torch) -> bool:
+        if self._device_expect is None:  # the expectation on the device, made at the first compare
+            live = None if self.positions is None else self.positions >= 0
+            arena = self.expected if live is None else self.expected[live]
+            self._device_expect = (torch.from_numpy(np.ascontiguousarray(arena)).to(self.arena.device),
+                                   [_device_output(o, self.args[o.name]) for o in self.outputs])
+        arena_want, outputs = self._device_expect
+        actual = self.arena if self.device_positions is None else self.arena[self.device_positions]
+        bad = [torch.ne(actual, arena_want).any()]
+        for out, (want, atol, care) in zip(self.outputs, outputs):
+            got = self.args[out.name].detach().reshape(-1)
+            if got.dtype == torch.bfloat16:  # as host_values reads it: its bits when exact, else its values
+                got = got.view(torch.int16) if out.exact else got.float()
+            if atol is None:
+                close = torch.eq(got, want)
+            else:
+                got = got.double()
+                close = (got - want).abs() <= atol
+                close |= want.isnan() & got.isnan()
+            if care is not None:
+                close |= ~care
+            bad.append(~close.all())
+        return not bool(torch.stack(bad).any())
+
+
+def _device_output(out: Output, live) -> tuple:
+    """An output's expectation on `live`'s device: (expected, atol or None when exact, care or None),
+    flat; float64 where it has a tolerance, as `differing` computes on the host."""
+    import torch
+
+    dev = live.device
+    flat = lambda a, dtype=None: torch.as_tensor(np.ascontiguousarray(np.asarray(a).reshape(-1)), dtype=dtype).to(dev)
+    care = None if out.care is None else flat(out.care)
+    if np.all(np.asarray(out.atol) == 0) and out.rtol == 0:
+        return flat(out.expected), None, care
+    want = flat(out.expected, torch.float64)
+    return want, flat(np.asarray(out.atol, dtype=np.float64)) + out.rtol * want.abs(), care
 
 
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:

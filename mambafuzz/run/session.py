@@ -358,9 +358,20 @@ class Session:
 
         mine = [x for x in self._suspects if x["gpu"] == gpu]
         self._suspects = [x for x in self._suspects if x["gpu"] != gpu]
+        reported = {name: str(rep.finding.path) for name, rep in self.reports.items()
+                    if rep.finding is not None and rep.finding.path is not None}
+        mine.sort(key=lambda x: x["path"] != reported.get(x["target"]))  # the reported file of a target first
+        stands: set[str] = set()
         for suspect in mine:
+            if suspect["target"] in stands:
+                # its target's fault stands already: the GPU's other workers, on the same target, saw the
+                # same fault reach them; their files are not replayed (each replay is a fresh process)
+                with contextlib.suppress(OSError):
+                    Path(suspect["path"]).unlink()
+                continue
             confirmed, line = confirm_alone(suspect["path"], gpu, self.sopts.hang_timeout, self.sopts.device)
             if confirmed is not False:  # it recurred, or the replay could not tell: the fault stands, file kept
+                stands.add(suspect["target"])
                 continue
             name, rep = suspect["target"], self.reports.get(suspect["target"])
             if rep is not None and rep.finding is not None and str(rep.finding.path) == suspect["path"]:

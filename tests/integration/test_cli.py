@@ -290,6 +290,14 @@ def test_smoke_is_a_bounded_job_by_default():
     assert args.time == SMOKE_TIME <= 50 and args.max_examples == 60
 
 
+def test_a_zoo_row_shrinks_briefly_so_its_share_flows_on_and_a_fuzz_finding_long():
+    from mambafuzz.cli import ZOO_SHRINK_TIME, build_parser
+
+    assert build_parser().parse_args(["zoo"]).shrink_time == ZOO_SHRINK_TIME <= 10
+    assert build_parser().parse_args(["fuzz", "--target", "zoo.TAIL-DROP"]).shrink_time == 60
+    assert build_parser().parse_args(["zoo", "--shrink-time", "30"]).shrink_time == 30
+
+
 @pytest.mark.matrix
 def test_a_smoke_too_short_for_its_targets_ends_on_time_and_says_so(tmp_path):
     """--time split over every correct target: the run ends within its time plus start-up, and a

@@ -121,3 +121,27 @@ def test_the_replay_alone_has_no_mps_pipe_no_share_and_its_gpu(monkeypatch):
         assert not mps.under_mps()
         assert "MAMBAFUZZ_GPU_MEMORY_SHARE" not in os.environ and os.environ["CUDA_VISIBLE_DEVICES"] == "3"
     assert mps.under_mps() and os.environ["MAMBAFUZZ_GPU_MEMORY_SHARE"] == "0.5"
+
+
+def test_one_replay_alone_settles_a_target_whose_fault_every_worker_of_the_gpu_saw(tmp_path, monkeypatch):
+    """Under MPS the K workers fuzzing one target all see its fault: the reported file is replayed, once;
+    the others' files, of the same fault reaching them, are removed unreplayed (each replay is a process)."""
+    from types import SimpleNamespace
+
+    from mambafuzz.search.fuzz import TargetReport
+
+    calls = []
+    monkeypatch.setattr(confirm, "confirm_alone", lambda path, *a: (calls.append(path), (True, "it recurred"))[1])
+    session = _session(tmp_path, ["crash_always", "crash_once"])
+    files = {w: tmp_path / f"fault-{w}.json" for w in range(3)}
+    for f in files.values():
+        f.write_text("{}")
+    name = "sharedk:crash_always"
+    session.reports[name] = TargetReport(name, "batch_memcpy")
+    session.reports[name].finding = SimpleNamespace(path=files[1])
+    session._suspects = [{"target": name, "path": str(files[w]), "gpu": None, "worker": w} for w in range(3)]
+    session._suspects.append({"target": "sharedk:crash_once", "path": str(tmp_path / "other.json"), "gpu": None,
+                              "worker": 3})
+    session._confirm(None, [])
+    assert calls == [str(files[1]), str(tmp_path / "other.json")]  # the reported file first; once a target
+    assert [w for w, f in files.items() if f.exists()] == [1]
