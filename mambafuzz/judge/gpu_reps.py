@@ -38,6 +38,7 @@ from __future__ import annotations
 import operator
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -225,7 +226,9 @@ def cuda_capture(body: Callable[[], None], warmup: Callable[[], None]):
         with torch.cuda.stream(side):
             warmup()
             mode = torch.cuda.get_sync_debug_mode()
-            torch.cuda.set_sync_debug_mode("error")
+            with warnings.catch_warnings():  # torch's "prototype feature" note, once in every worker's log
+                warnings.filterwarnings("ignore", message="Synchronization debug mode")
+                torch.cuda.set_sync_debug_mode("error")
             try:
                 warmup()
             except RuntimeError as exc:

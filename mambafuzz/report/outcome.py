@@ -17,6 +17,7 @@ EXIT_INTERRUPTED = 130  # stopped by Ctrl-C / SIGTERM with nothing found
 # A session worker's own exit status, read by its parent (run/session.py), never a command's exit code:
 WORKER_DONE = 0          # it ran its targets (or stopped on a signal) and said so
 WORKER_CONTEXT_LOST = 17  # a fault broke its CUDA context; it reported the fault: start a fresh worker
+WORKER_NO_DEVICE = 18    # it could not open its GPU (an MPS server still letting its clients go): a false start
 
 TABLE = (
     (EXIT_CLEAN, "clean: every target checked with enough valid examples, nothing found"),

@@ -37,7 +37,7 @@ from mambafuzz.findings import Finding, atomic_write_json
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, write_error
 from mambafuzz.run.clock import Deadline
 from mambafuzz.run.mps import memory_share
-from mambafuzz.report.outcome import WORKER_CONTEXT_LOST, WORKER_DONE
+from mambafuzz.report.outcome import WORKER_CONTEXT_LOST, WORKER_DONE, WORKER_NO_DEVICE
 
 
 FALSE_STARTS = 3  # a worker slot that dies this often before it is ready stops being restarted
@@ -69,7 +69,12 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
     from mambafuzz.run import device as device_mod
 
-    device_mod.select(spec.device)
+    try:
+        device_mod.select(spec.device)
+    except UsageError as exc:  # the parent counts it a false start and tries again, or gives the slot up
+        print(f"mambafuzz: worker {spec.index} could not open its device: {exc}", file=sys.stderr, flush=True)
+        conn.close()
+        os._exit(WORKER_NO_DEVICE)
     if spec.memory_share is not None:
         from mambafuzz.run.mps import bound_memory
         bound_memory(spec.memory_share)
@@ -352,41 +357,58 @@ class Session:
         return others
 
     def _confirm(self, gpu: int | None, gone: list[_Live]) -> None:
-        """Replay each fault reported from `gpu` alone; one that does not recur is dropped and its target
-        fuzzed again (by the worker that reported it); one the replay cannot judge stays a finding."""
+        """Replay the faults reported from `gpu` alone, each target's in the order they arrived, until one
+        recurs (or the replay cannot tell): that file is the target's finding, and the others of the
+        target (the same fault reaching the GPU's other workers) are removed unreplayed.  A fault that
+        does not recur is dropped; a target left with none is fuzzed again by the worker that reported it."""
         from mambafuzz.run.confirm import confirm_alone
 
         mine = [x for x in self._suspects if x["gpu"] == gpu]
         self._suspects = [x for x in self._suspects if x["gpu"] != gpu]
-        reported = {name: str(rep.finding.path) for name, rep in self.reports.items()
-                    if rep.finding is not None and rep.finding.path is not None}
-        mine.sort(key=lambda x: x["path"] != reported.get(x["target"]))  # the reported file of a target first
         stands: set[str] = set()
         for suspect in mine:
-            if suspect["target"] in stands:
-                # its target's fault stands already: the GPU's other workers, on the same target, saw the
-                # same fault reach them; their files are not replayed (each replay is a fresh process)
-                with contextlib.suppress(OSError):
-                    Path(suspect["path"]).unlink()
-                continue
-            confirmed, line = confirm_alone(suspect["path"], gpu, self.sopts.hang_timeout, self.sopts.device)
-            if confirmed is not False:  # it recurred, or the replay could not tell: the fault stands, file kept
-                stands.add(suspect["target"])
-                continue
-            name, rep = suspect["target"], self.reports.get(suspect["target"])
-            if rep is not None and rep.finding is not None and str(rep.finding.path) == suspect["path"]:
-                rep.finding, rep.written = None, False
-                rep.stop, rep.finished = "not-run", False
-                rep.detail = (f"a fault on the shared GPU did not recur alone ({line}): not a finding, "
-                              "fuzzed again")
+            name, path = suspect["target"], suspect["path"]
+            rep = self.reports.get(name)
+            if name not in stands:
+                confirmed, line = confirm_alone(path, gpu, self.sopts.hang_timeout, self.sopts.device)
+                if confirmed is not False:  # it recurred, or the replay could not tell: the fault stands
+                    stands.add(name)
+                    self._stand(name, path)
+                    continue
+                if rep is not None and rep.finding is not None and str(rep.finding.path) == path:
+                    rep.finding, rep.written = None, False
+                    rep.stop, rep.finished = "not-run", False
+                    rep.detail = (f"a fault on the shared GPU did not recur alone ({line}): not a finding, "
+                                  "fuzzed again")
+            elif rep is not None and rep.finding is not None and str(rep.finding.path) == path:
+                continue  # the target's finding already (a case two workers drew): kept
             with contextlib.suppress(OSError):
-                Path(suspect["path"]).unlink()  # mambafuzz's own file, of a case that passes alone
+                Path(path).unlink()  # mambafuzz's own file: a case that passes alone, or one not replayed
+        for suspect in mine:  # a target none of whose faults recurred is fuzzed again
+            name = suspect["target"]
+            if name in stands:
+                continue
             self.done.discard(name)
             entry = next((t for t in self.targets if t.get("name", t["spec"]) == name), None)
             owner = next((x for x in gone if x.spec.index == suspect["worker"]), None)
             if entry is not None and owner is not None and entry not in owner.remaining:
                 owner.remaining.insert(0, entry)
         self._save_state()
+
+    def _stand(self, name: str, path: str) -> None:
+        """Make the fault file at `path`, which recurred alone, `name`'s finding (another worker's case
+        may have been reported for it)."""
+        rep = self.reports.get(name)
+        if rep is None or (rep.finding is not None and str(rep.finding.path) == path):
+            return
+        try:
+            finding = Finding.from_json(json.loads(Path(path).read_text()), path=Path(path))
+        except (OSError, ValueError, KeyError, TypeError, CaseError):
+            return  # the reported one stays; the file is kept for replay
+        rep.finding, rep.written = finding, True
+        rep.stop, rep.finished = "finding", True
+        rep.detail = ""
+        self.done.add(name)
 
     def _restart(self, w: _Live, hung: bool, live: list[_Live], ctx) -> None:
         """A fresh worker for `w`'s remaining targets; a slot whose worker keeps dying before it is ready

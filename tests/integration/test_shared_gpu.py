@@ -86,14 +86,16 @@ def test_without_sharing_the_first_crash_is_the_finding(shared_targets):
     assert reports["sharedk:crash_once"].status == "finding"
 
 
-def test_a_worker_that_cannot_start_is_given_up_not_restarted_forever(tmp_path):
+def test_a_worker_that_cannot_start_is_given_up_not_restarted_forever(tmp_path, capfd):
     opts = fuzz_options(tmp_path, database=None)
     sopts = SessionOptions(device="cuda", options=plain_options(opts), state_dir=None, hang_timeout=60)
     session = Session([{"spec": "triton.batch_memcpy", "name": "triton.batch_memcpy",
                         "contract": "batch_memcpy", "overlap": "full"}], sopts)
     (rep,) = session.run()  # no GPU here: each worker dies in start-up
     assert rep.status == "inconclusive" and "before it was ready" in rep.why, rep.why
-    assert session.restarts == 2
+    assert "exit code 18" in rep.why and session.restarts == 2
+    err = capfd.readouterr().err  # each false start says why in one line, no traceback
+    assert err.count("could not open its device") == 3 and "Traceback" not in err, err
 
 
 class AcceleratorError(RuntimeError):
@@ -123,25 +125,43 @@ def test_the_replay_alone_has_no_mps_pipe_no_share_and_its_gpu(monkeypatch):
     assert mps.under_mps() and os.environ["MAMBAFUZZ_GPU_MEMORY_SHARE"] == "0.5"
 
 
-def test_one_replay_alone_settles_a_target_whose_fault_every_worker_of_the_gpu_saw(tmp_path, monkeypatch):
-    """Under MPS the K workers fuzzing one target all see its fault: the reported file is replayed, once;
-    the others' files, of the same fault reaching them, are removed unreplayed (each replay is a process)."""
+def test_one_replay_alone_that_recurs_settles_a_target_every_worker_of_the_gpu_saw_fault(tmp_path, monkeypatch):
+    """Under MPS the K workers fuzzing one target all see one worker's fault.  Their files are replayed
+    alone in the order they came until one recurs: that one is the finding (not the smaller case some
+    other worker reported), the rest are removed unreplayed; a target none of whose faults recur loses
+    its finding and goes back to the worker that reported it."""
+    import dataclasses
     from types import SimpleNamespace
 
-    from mambafuzz.search.fuzz import TargetReport
+    from hypothesis import find
 
-    calls = []
-    monkeypatch.setattr(confirm, "confirm_alone", lambda path, *a: (calls.append(path), (True, "it recurred"))[1])
+    from mambafuzz import findings
+    from mambafuzz.search.fuzz import TargetReport
+    from mambafuzz.strategies import for_contract
+
+    case = find(for_contract("batch_memcpy"), lambda c: True)
     session = _session(tmp_path, ["crash_always", "crash_once"])
-    files = {w: tmp_path / f"fault-{w}.json" for w in range(3)}
-    for f in files.values():
-        f.write_text("{}")
-    name = "sharedk:crash_always"
-    session.reports[name] = TargetReport(name, "batch_memcpy")
-    session.reports[name].finding = SimpleNamespace(path=files[1])
-    session._suspects = [{"target": name, "path": str(files[w]), "gpu": None, "worker": w} for w in range(3)]
-    session._suspects.append({"target": "sharedk:crash_once", "path": str(tmp_path / "other.json"), "gpu": None,
-                              "worker": 3})
-    session._confirm(None, [])
-    assert calls == [str(files[1]), str(tmp_path / "other.json")]  # the reported file first; once a target
-    assert [w for w, f in files.items() if f.exists()] == [1]
+    paths = {}
+    for w, name in enumerate(["sharedk:crash_always"] * 3 + ["sharedk:crash_once"]):
+        verdict = engine.Verdict(reps=1, failures=1, mode="compare", fault="illegal memory access")
+        f = findings.Finding(target=name, contract="batch_memcpy", device="cuda", mode="compare",
+                             case=dataclasses.replace(case, seed=w), verdict=verdict)
+        paths[w] = findings.save(f, tmp_path / "crashes")[0]
+        session._suspects.append({"target": name, "path": str(paths[w]), "gpu": None, "worker": w})
+    for name, w in (("sharedk:crash_always", 2), ("sharedk:crash_once", 3)):  # what the workers reported
+        session.reports[name] = TargetReport(name, "batch_memcpy", stop="finding", finished=True)
+        session.reports[name].finding = findings.Finding.from_json(
+            __import__("json").loads(paths[w].read_text()), path=paths[w])
+        session.done.add(name)
+    recurs = {str(paths[1])}  # worker 1's case is the culprit; the others' cases pass alone
+    calls = []
+    monkeypatch.setattr(confirm, "confirm_alone", lambda path, *a: (calls.append(path), (
+        path in recurs, "still failing" if path in recurs else "fixed"))[1])
+    owner = SimpleNamespace(spec=SimpleNamespace(index=3), remaining=[])
+    session._confirm(None, [owner])
+    assert calls == [str(paths[0]), str(paths[1]), str(paths[3])]  # worker 2's file never replayed
+    always, once = session.reports["sharedk:crash_always"], session.reports["sharedk:crash_once"]
+    assert always.finding.path == paths[1] and always.status == "finding" and "sharedk:crash_always" in session.done
+    assert [w for w, p in paths.items() if p.exists()] == [1]
+    assert once.finding is None and "sharedk:crash_once" not in session.done
+    assert [t["name"] for t in owner.remaining] == ["sharedk:crash_once"]
