@@ -111,7 +111,7 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--time", type=_positive(float), default=time_default, metavar="SECONDS",
                    help="time budget for the whole run, shrinking included; targets share it")
     p.add_argument("--shrink-time", type=_positive(float), default=60.0, metavar="SECONDS",
-                   help="at most this long shrinking one finding (within --time; zoo: 5 by default, so "
+                   help="at most this long shrinking one finding (within --time; zoo: 2 by default, so "
                         "that a caught row leaves the rest of its share of --time to the rows after it)")
     p.add_argument("--seed", type=int, default=None, help="seed the draws (the example database still replays)")
     p.add_argument("--crashes-dir", type=Path, default=Path("crashes"), help="where crash files are written")
@@ -165,7 +165,7 @@ def _add_contract_options(p, *, with_defaults: bool) -> None:
 
 
 SMOKE_TIME = 45.0  # smoke's default --time: a bounded CI job whatever the number of targets
-ZOO_SHRINK_TIME = 5.0  # zoo's default --shrink-time: a caught row gives the rest of its share to the rows after it
+ZOO_SHRINK_TIME = 2.0  # zoo's default --shrink-time: a caught row gives the rest of its share to the rows after it
 
 
 def build_parser() -> argparse.ArgumentParser:
