@@ -319,8 +319,9 @@ def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable:
             hazards = [h for h in hazards if h.kind == OUT_OF_BOUNDS]
         verdict.hazards.extend(hazards)
         verdict.reps += 1
-        mismatch = m.compare()
-        if mismatch is not None:
+        if verdict.mismatch is None:  # where it differs, once; after that only whether (no host copies)
+            verdict.mismatch = m.compare()
+            verdict.failures += int(verdict.mismatch is not None)
+        elif m.differs():
             verdict.failures += 1
-            verdict.mismatch = verdict.mismatch or mismatch
     return verdict

@@ -207,6 +207,15 @@ class Materialized:
                   "where": contracts.of(self.case).locate(self.case, int(a))} for o, a in zip(diff[:FIRST_DIFFS], offsets)]
         return Mismatch(int(diff.size), int(actual.size), first, bad_out)
 
+    def differs(self) -> bool:
+        """Whether the latest run differs from the expectation, without saying where: what a repetition
+        after the first failing one needs (on a GPU the device's answer, with nothing copied)."""
+        if self.device != "cpu":
+            if self._same_on_device():
+                return False
+            if self._device_expect is not False:  # the device compared, and something differs
+                return True
+        return self.compare() is not None
 
     def _same_on_device(self) -> bool:
         """Whether the arena and every output match on the device (one sync).  False says only "look

@@ -60,3 +60,34 @@ def test_a_device_comparison_that_cannot_run_leaves_the_verdict_to_the_host():
     m.arena[0] ^= 0xFF
     m._device_expect = False  # as after an out-of-memory error on the device
     assert not m._same_on_device() and m.compare() is not None
+
+
+def _noop(src_ptrs, dst_ptrs, sizes, *, arena):
+    """A batch copy that copies nothing: wrong on every repetition of a case that moves bytes."""
+
+
+def test_after_the_first_failing_repetition_only_whether_later_ones_fail_is_asked(monkeypatch):
+    from mambafuzz.judge import engine, materialize as mat
+
+    case = find(for_contract("batch_memcpy"), lambda c: engine.run_case(_noop, c, "cpu").failed)
+    calls, asked = [], []
+    real, real_differs = mat.Materialized.compare, mat.Materialized.differs
+    monkeypatch.setattr(mat.Materialized, "compare", lambda self: (calls.append(1), real(self))[1])
+    monkeypatch.setattr(mat.Materialized, "differs", lambda self: (asked.append(1), real_differs(self))[1])
+    verdict = engine.run_case(_noop, case, "cpu", reps=5)
+    assert (verdict.reps, verdict.failures) == (5, 5) and verdict.mismatch is not None
+    assert (len(asked), len(calls)) == (4, 5)  # the first where; then whether (on the CPU: by comparing)
+    calls.clear()
+    m = materialize(case, "cpu")
+    m.run(_noop)
+    m.device = "cuda"  # as on a GPU: the device answers, the host comparison is not reached
+    monkeypatch.setattr(mat, "differing", lambda *a: pytest.fail("the host compared"))
+    assert m.differs() and not calls
+    m.restore()
+    m.run(registry.get("torch.batch_memcpy").fn)
+    assert not m.differs()
+    m.restore()
+    m._device_expect = False  # the device could not compare: the host does
+    m.device = "cpu"
+    m.run(_noop)
+    assert m.differs() and calls
