@@ -22,7 +22,7 @@ from mambafuzz.run.clock import Deadline
 from mambafuzz.run import mps as mps_daemon
 from mambafuzz.run import precompile
 from mambafuzz.run.session import Session, SessionOptions, plain_options
-from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target
+from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, second_turns
 
 Update = Callable[[list[TargetReport]], None]
 
@@ -62,20 +62,34 @@ def _in_process(targets: list, opts: FuzzOptions, deadline: Deadline,
             reports.append(_not_reached(target, opts, deadline.not_run(ran), interrupted=False))
             continue
         target_opts = dataclasses.replace(opts, deadline=deadline.share(len(targets) - i))
-        last = [0.0]
-
-        def progress(report, _done=list(reports)):
-            now = time.monotonic()
-            if now - last[0] > 0.25:
-                last[0] = now
-                on_update(_done + [report])
-
-        report = fuzz_target(target, target_opts, progress)
+        report = fuzz_target(target, target_opts, _progress(on_update, list(reports), []))
         reports.append(report)
         on_update(list(reports))
         if report.context_lost:
             stopped_why = "not run: the CUDA context was broken by a fault (use --isolate)"
+    again = [] if stopped_why is not None else second_turns(reports, deadline)
+    for j, i in enumerate(again):  # what the targets caught early left, to those whose share ran out
+        if deadline.over() or interrupt.requested():
+            break
+        target_opts = dataclasses.replace(opts, deadline=deadline.share(len(again) - j))
+        reports[i] = fuzz_target(targets[i], target_opts, _progress(on_update, reports[:i], reports[i + 1:]),
+                                 resume=reports[i])
+        on_update(list(reports))
+        if reports[i].context_lost:
+            break
     return reports
+
+
+def _progress(on_update: Update, before: list[TargetReport], after: list[TargetReport]):
+    """A target's progress callback: the view updated at most every 0.25 s, the other targets around it."""
+    last = [0.0]
+
+    def progress(report: TargetReport) -> None:
+        now = time.monotonic()
+        if now - last[0] > 0.25:
+            last[0] = now
+            on_update(before + [report] + after)
+    return progress
 
 
 def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadline(), workers: int = 1,

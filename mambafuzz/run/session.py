@@ -34,7 +34,7 @@ from mambafuzz.judge.engine import Verdict
 from mambafuzz.errors import CaseError, InternalError, UsageError
 from mambafuzz.search.features import Tally
 from mambafuzz.findings import Finding, atomic_write_json
-from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, write_error
+from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, second_turns, write_error
 from mambafuzz.run.clock import Deadline
 from mambafuzz.run.mps import memory_share
 from mambafuzz.report.outcome import WORKER_CONTEXT_LOST, WORKER_DONE, WORKER_NO_DEVICE
@@ -89,7 +89,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
 
     deadline = spec.deadline.started()  # ready: the worker's start-up is not taken from --time
     conn.send(("hello", (os.getpid(), deadline.end)))
-    ran = 0  # targets this worker has fuzzed
+    ran, fuzzed = 0, []  # targets this worker has fuzzed: how many, and (target, report) of each
     for i, entry in enumerate(spec.targets):
         try:
             target = resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
@@ -101,41 +101,58 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
             conn.send(("report", TargetReport(target.name, target.contract, stop="not-run", finished=True,
                                               detail=deadline.not_run(ran)).to_json()))
             continue
-        opts = FuzzOptions(**opts_fields, deadline=deadline.share(len(spec.targets) - i))
         ran += 1
-        conn.send(("target", target.name))
-        last = [0.0]
-
-        def before_case(case):
-            conn.send(("case", case.to_json()))
-
-        def progress(report):
-            now = time.monotonic()
-            if now - last[0] > 0.5:
-                last[0] = now
-                conn.send(("progress", report.to_json()))
-
-        def on_finding(finding):  # the parent knows of a failure as soon as it is on disk
-            conn.send(("found", finding.to_json()))
-
-        try:
-            report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding)
-        except Exception as exc:  # mambafuzz's own failure: never a crash finding against the kernel
-            import traceback
-
-            detail = write_error(opts, target.name, InternalError(
-                f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
-            conn.send(("report", TargetReport(target.name, target.contract, stop="internal-error",
-                                              detail=detail).to_json()))
-            continue
-        conn.send(("report", report.to_json()))
-        if report.context_lost:
-            conn.close()
-            os._exit(WORKER_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
+        report = _worker_turn(conn, target, FuzzOptions(**opts_fields, deadline=deadline.share(len(spec.targets) - i)))
         if report.interrupted:
             break
+        fuzzed.append((target, report))
+    else:  # what the targets caught early left, to those whose share ran out (search.fuzz.second_turns)
+        again = second_turns([r for _, r in fuzzed], deadline)
+        for j, k in enumerate(again):
+            if deadline.over():
+                break
+            target, before = fuzzed[k]
+            report = _worker_turn(conn, target, FuzzOptions(**opts_fields, deadline=deadline.share(len(again) - j)),
+                                  resume=before)
+            if report.interrupted:
+                break
     conn.send(("bye", None))
     conn.close()
+
+
+def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = None) -> TargetReport:
+    """One turn of one target in a worker, narrated to the parent (an internal-error report after
+    mambafuzz's own error); a broken CUDA context ends the worker."""
+    conn.send(("target", target.name))
+    last = [0.0]
+
+    def before_case(case):
+        conn.send(("case", case.to_json()))
+
+    def progress(report):
+        now = time.monotonic()
+        if now - last[0] > 0.5:
+            last[0] = now
+            conn.send(("progress", report.to_json()))
+
+    def on_finding(finding):  # the parent knows of a failure as soon as it is on disk
+        conn.send(("found", finding.to_json()))
+
+    try:
+        report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding, resume=resume)
+    except Exception as exc:  # mambafuzz's own failure: never a crash finding against the kernel
+        import traceback
+
+        detail = write_error(opts, target.name, InternalError(
+            f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
+        conn.send(("report", TargetReport(target.name, target.contract, stop="internal-error",
+                                          detail=detail).to_json()))
+        return TargetReport(target.name, target.contract, stop="internal-error", detail=detail)
+    conn.send(("report", report.to_json()))
+    if report.context_lost:
+        conn.close()
+        os._exit(WORKER_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
+    return report
 
 
 # --------------------------------------------------------------------- parent

@@ -25,6 +25,7 @@ process's exit code.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as _dt
 import random
 import re
@@ -52,6 +53,7 @@ from mambafuzz.search import cross
 from mambafuzz.search.reduce import reduce_case, same_value_only
 
 CHUNK = 20
+SECOND_TURN_CHUNKS = 1_000_003  # a second turn's first chunk index: its --seed draws are new ones
 REWRITE_EVERY = 2.0  # seconds between rewrites of a crash file while its case shrinks (its counts)
 
 # Why a target's run ended.
@@ -338,6 +340,17 @@ class _Best:
             witness=self.witness.to_json() if self.witness is not None else None, not_minimal=self.not_minimal)
 
 
+def second_turns(reports: list[TargetReport], deadline) -> list[int]:
+    """Which targets get a second turn once every target had its first: those whose share of --time
+    ran out with nothing found (a target caught early leaves the rest of its share), while the run
+    has time left.  Indices into `reports`; the caller fuzzes each again with ``resume=``, taking
+    ``deadline.share`` over those still to go."""
+    if deadline.end is None or deadline.over() or interrupt.requested():
+        return []
+    return [i for i, r in enumerate(reports)
+            if r.stop == "time" and r.finding is None and not r.interrupted and not r.context_lost]
+
+
 def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None) -> None:
     """A CUDA fault is sticky: after one (or an error while running on cuda) nothing more runs here."""
     if opts.device == "cuda" and (verdict is None or verdict.kind == "fault"):
@@ -470,10 +483,17 @@ def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, until: fl
 
 def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], None] | None = None,
                 before_case: Callable[[Case], None] | None = None,
-                on_finding: Callable[[findings.Finding], None] | None = None) -> TargetReport:
-    """Fuzz one target until a finding, the example count, the time budget or a stop signal."""
-    report = TargetReport(target.name, target.contract, min_examples=min(opts.min_examples, opts.max_examples))
-    start = time.monotonic()
+                on_finding: Callable[[findings.Finding], None] | None = None,
+                resume: TargetReport | None = None) -> TargetReport:
+    """Fuzz one target until a finding, the example count, the time budget or a stop signal.
+
+    `resume`: this target's report from an earlier turn of the same run (``second_turns``): its counts,
+    coverage and seconds go on, and the draws differ from that turn's."""
+    if resume is None:
+        report = TargetReport(target.name, target.contract, min_examples=min(opts.min_examples, opts.max_examples))
+    else:
+        report = dataclasses.replace(resume, stop="not-run", detail=None, finished=False)
+    start = time.monotonic() - report.seconds  # seconds (and a finding's time to it) count every turn
     end = opts.deadline.started().end  # on time.monotonic(), like every `end` and `until` below
     if end is not None and end <= start:
         report.detail = "not run: its share of --time had ended when it was to start"
@@ -536,7 +556,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             _reduce(target, opts, best, shrink_end())
         raise _CaseFailed(verdict.summary())
 
-    chunk_index = 0
+    chunk_index = 0 if resume is None else SECOND_TURN_CHUNKS  # --seed: other draws than the first turn's
     report.stop = "max-examples"
     try:
         while report.examples < opts.max_examples and best.case is None:

@@ -1,4 +1,5 @@
 """Sessions that survive: worker processes, fault and hang findings, resume, shared Redis corpus."""
+import dataclasses
 import json
 import os
 import shutil
@@ -235,3 +236,52 @@ def test_a_deadline_shares_what_is_left_and_says_truly_why_a_target_did_not_run(
     assert Deadline(1.0, end=time.monotonic() - 1).share(2).end <= time.monotonic()  # ends now, not before
     assert deadline.not_run(2) == "not run: --time (30 s) ran out while the 2 target(s) before it ran"
     assert deadline.not_run(0) == "not run: --time (30 s) ran out before its turn"
+
+
+TURN_TARGETS = textwrap.dedent('''
+    import time
+
+    def slow_ok(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Right, and a fifth of a second a call: its share of --time runs out."""
+        time.sleep(0.2)
+        base = arena.data_ptr()
+        for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+            arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+
+    def copies_nothing(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Wrong on any case that moves a byte: caught at once, it leaves most of its share."""
+''')
+
+
+@pytest.mark.parametrize("isolate", [pytest.param("--no-isolate"), pytest.param("--isolate", marks=pytest.mark.matrix)])
+def test_a_target_whose_share_ran_out_gets_what_the_targets_caught_early_left(tmp_path, isolate):
+    """--time 8 over two targets: the slow right one's first share (4 s) runs out; the wrong one is
+    caught within a second and shrinks for at most 0.5 s; the 2-3 s it leaves go to a second turn of
+    the first, whose counts and seconds go on from its first turn."""
+    (tmp_path / "turnk.py").write_text(TURN_TARGETS)
+    proc = mf("fuzz", "--target", "turnk:slow_ok", "--target", "turnk:copies_nothing", "--contract", "batch_memcpy",
+              "--device", "cpu", "--time", "8", "--shrink-time", "0.5", "--max-examples", "100000",
+              "--min-examples", "3", "--database", "none", "--seed", "3", isolate, "--json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    by = {t["target"].split(":")[1]: t for t in json.loads(proc.stdout)["targets"]}
+    assert by["copies_nothing"]["status"] == "finding" and by["copies_nothing"]["seconds"] < 2.5
+    slow = by["slow_ok"]
+    assert slow["status"] == "clean" and slow["stop"] == "time"
+    assert 5.0 < slow["seconds"] < 8.5 and slow["examples"] > 5.0 / 0.25, slow  # both turns, counted once each
+
+
+def test_a_second_turn_with_a_seed_draws_other_cases_than_the_first(tmp_path, monkeypatch):
+    from common import fuzz_options
+    from mambafuzz.kernels import registry
+    from mambafuzz.search import fuzz
+
+    seeds = []
+    real = fuzz._seed_hypothesis
+    monkeypatch.setattr(fuzz, "_seed_hypothesis", lambda s: (seeds.append(s), real(s))[1])
+    opts = fuzz_options(tmp_path, max_examples=20, database=None, seed=5)
+    target = registry.get("torch.batch_memcpy")
+    first = fuzz.fuzz_target(target, opts)
+    turn1, seeds[:] = list(seeds), []
+    both = fuzz.fuzz_target(target, dataclasses.replace(opts, max_examples=40), resume=first)
+    assert turn1 and seeds and not set(turn1) & set(seeds)
+    assert (first.examples, both.examples) == (20, 40) and both.seconds >= first.seconds
