@@ -4,6 +4,7 @@ Correct kernels must equal the oracle in every one of many repetitions over
 fuzzed GPU-sized cases; the unguarded batch copy must corrupt the geometry the
 seeds measured (128 rows x 32 KiB shifted left by 16 bytes) in most repetitions.
 """
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -49,3 +50,38 @@ def test_bm_noguard_corrupts_the_measured_geometry():
     case = _cases().batch_rows(128, 32 << 10, -16)
     v = run_case(registry.get("zoo.BM-NOGUARD").fn, case, "cuda", reps=100, mode="compare")
     assert v.failures >= 50, v.summary()
+
+
+@pytest.mark.parametrize("contract", ["ssm_update", "delta_update", "conv_update"])
+def test_the_device_comparison_agrees_with_the_host_on_the_gpu(contract):
+    """``compare`` asks the device first on a GPU: clean runs of the compiled kernel match on both sides,
+    and one wrong arena byte or output element is seen by both."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from mambafuzz import strategies
+    from mambafuzz.judge.materialize import materialize
+    from mambafuzz.kernels import registry
+
+    fn = registry.get(f"triton.{contract}").fn
+
+    @settings(max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=strategies.for_contract(contract, profile=strategies.GPU), data=st.data())
+    def check(case, data):
+        m = materialize(case, "cuda")
+        m.run(fn)
+        assert m._same_on_device() and m.compare() is None and m._device_expect is not False
+        out = m.outputs[0]
+        care = np.ones(out.expected.size, bool) if out.care is None else out.care.reshape(-1)
+        if care.any():
+            i = data.draw(st.sampled_from(np.flatnonzero(care).tolist()))
+            t = m.args[out.name]
+            at = tuple(int(j) for j in np.unravel_index(i, tuple(t.shape)))
+            t[at] = float("inf")
+            assert not m._same_on_device() and m.differs() and m.compare() is not None
+            m.restore()
+            m.run(fn)
+        m.arena.view(-1)[0 if m.device_positions is None else int(m.device_positions[0])] ^= 0xFF
+        assert not m._same_on_device() and m.differs() and m.compare() is not None
+
+    check()
