@@ -4,9 +4,10 @@ Pad rows (read slot = the pad value) and pad destinations, slot 0 live
 under ``pad=-1`` (so a pad clamped to 0 clobbers a request), nacc = 0 under
 ``min_accepted=0``, spec states exactly as wide as the drafts need, index
 rows further apart than their columns, empty varlen rows, both slot layouts,
-and one case in ``huge_one_in`` with a named slot past 2^31 elements (a 32-bit
-``slot * stride`` wraps; 16-bit states, within the sparse arena's 8 GiB) or past
-2 GiB of bytes (32-bit states), reached by a slot number, not a huge stride.
+and one case in ``huge_one_in`` with a slot past 2^31 elements on an entry the
+step reads or stores (a 32-bit ``slot * stride`` wraps; 16-bit states, within
+the sparse arena's 8 GiB) or past 2 GiB of bytes (32-bit states), reached by a
+slot number, not a huge stride.
 Live rows never share a slot (the oracle calls that ill-posed).
 """
 from __future__ import annotations
@@ -87,7 +88,13 @@ def conv_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int =
             reach = HUGE
         top_slot = (reach - offset) // slot_stride + draw(st.integers(0, 3))
         top_slot = min(top_slot, (MAX_SPARSE - offset) // slot_stride - 1)
-        live = [(b, c) for b in range(rows) for c in range(cols) if idx[b][c] != pad]
+        live = []  # the entries a correct step reads or stores (a pad row's or an empty row's do nothing)
+        for b in range(rows):
+            if idx[b][init[b]] == pad or lens[b] == 0:
+                continue
+            live.append((b, init[b]))
+            if last[b] != init[b] and idx[b][last[b]] != pad:
+                live.append((b, last[b]))
         if live:
             b, c = draw(st.sampled_from(live))
             idx[b] = tuple(top_slot if j == c else v for j, v in enumerate(idx[b]))

@@ -130,3 +130,27 @@ def test_bad_geometry_is_one_line():
         materialize(_case(arena_size=100), "cpu")
     with pytest.raises(CaseError, match="index values are int32"):
         materialize(_case(idx=((1 << 31,),)), "cpu")
+
+
+def test_a_huge_draw_puts_its_slot_past_2_31_where_the_step_reads_or_stores():
+    """The 32-bit-offset bug (zoo CU-I32) shows only through a slot the step uses: the huge slot is on a
+    read or stored entry, never on a column nothing touches (where it once was, most of the time)."""
+    from hypothesis import HealthCheck, given, settings
+
+    from mambafuzz import strategies
+    from mambafuzz.oracle.conv_update import plan_conv_update
+
+    seen = []
+
+    @settings(max_examples=150, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategies.for_contract("conv_update", profile=strategies.GPU))
+    def check(case):
+        top = case.slots - 1
+        if top * (case.slot_stride // case.elem) < 1 << 31 and top * case.slot_stride < 1 << 31:
+            return
+        plan = plan_conv_update(case.slots, case.state_len, case.width, case.lens, case.idx, nacc=case.nacc,
+                                init=case.init, last=case.last, pad=case.pad)
+        seen.append(any(top in (src, dst) for _, src, dst, _ in plan))
+
+    check()
+    assert seen and all(seen), seen
