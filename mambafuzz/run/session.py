@@ -55,6 +55,9 @@ class WorkerSpec:
     seed_offset: int = 0
     deadline: Deadline = Deadline()  # --time; started by the worker when it is ready, unless already
     memory_share: float | None = None  # of its GPU's memory, when several workers share the GPU
+    # (entry, report JSON) of targets this worker slot fuzzed in an earlier process (before a restart):
+    # candidates for a second turn (search.fuzz.second_turns) with the targets this process fuzzes
+    earlier: list = field(default_factory=list)
 
 
 # --------------------------------------------------------------------- worker
@@ -89,7 +92,13 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
 
     deadline = spec.deadline.started()  # ready: the worker's start-up is not taken from --time
     conn.send(("hello", (os.getpid(), deadline.end)))
-    ran, fuzzed = 0, []  # targets this worker has fuzzed: how many, and (target, report) of each
+    ran, fuzzed = 0, []  # targets this worker slot has fuzzed: how many here, and (target, report) of each
+    for entry, body in spec.earlier:
+        try:
+            fuzzed.append((resolve([entry["spec"]], contract=entry.get("contract"),
+                                   overlap=entry.get("overlap", "full"))[0], TargetReport.from_json(body)))
+        except (UsageError, KeyError, TypeError, ValueError, CaseError):
+            pass  # it had its turn; without its report it gets no second one
     for i, entry in enumerate(spec.targets):
         try:
             target = resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
@@ -236,12 +245,26 @@ class Session:
         spec = WorkerSpec(index=index, device=self.sopts.device, gpu=gpu, targets=remaining,
                           options=self.sopts.options, seed_offset=7919 * index + 104729 * self.restarts,
                           deadline=self.deadline,
-                          memory_share=memory_share(index % k, k) if k > 1 and self.sopts.device == "cuda" else None)
+                          memory_share=memory_share(index % k, k) if k > 1 and self.sopts.device == "cuda" else None,
+                          earlier=self._earlier(index, remaining))
         parent_conn, child_conn = ctx.Pipe(duplex=False)
         process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=True)
         process.start()
         child_conn.close()
         return _Live(spec, process, parent_conn, list(remaining))
+
+    def _earlier(self, index: int, remaining: list[dict]) -> list:
+        """What worker slot `index` reported, in processes before this one, of the targets it is not
+        given again: (entry, its last report), for a second turn (a restart after a fault is a new process)."""
+        names = {t.get("name", t["spec"]) for t in remaining}
+        out = []
+        for t in self.targets:
+            name = t.get("name", t["spec"])
+            body = self._partials.get(name, {}).get(index)
+            rep = self.reports.get(name)
+            if name not in names and body is not None and (rep is None or rep.finding is None):
+                out.append((t, {k: v for k, v in body.items() if k != "_worker"}))
+        return out
 
     def _merge(self, body: dict) -> None:
         """Add one worker's TargetReport JSON (tagged with "_worker") to the target's report."""

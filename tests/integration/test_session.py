@@ -250,6 +250,11 @@ TURN_TARGETS = textwrap.dedent('''
 
     def copies_nothing(src_ptrs, dst_ptrs, sizes, *, arena):
         """Wrong on any case that moves a byte: caught at once, it leaves most of its share."""
+
+    def dies(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Kills its worker on the first call (a fault): the targets after it run in a new process."""
+        import os, signal
+        os.kill(os.getpid(), signal.SIGSEGV)
 ''')
 
 
@@ -285,3 +290,19 @@ def test_a_second_turn_with_a_seed_draws_other_cases_than_the_first(tmp_path, mo
     both = fuzz.fuzz_target(target, dataclasses.replace(opts, max_examples=40), resume=first)
     assert turn1 and seeds and not set(turn1) & set(seeds)
     assert (first.examples, both.examples) == (20, 40) and both.seconds >= first.seconds
+
+
+@pytest.mark.matrix
+def test_a_second_turn_reaches_a_target_an_earlier_worker_process_fuzzed(tmp_path):
+    """A fault ends a worker; the targets after it run in a new process, which must still give the
+    first target (whose share ran out in the old process) what the caught ones left."""
+    (tmp_path / "turnk.py").write_text(TURN_TARGETS)
+    names = ["slow_ok", "dies", "copies_nothing"]
+    proc = mf("fuzz", *[a for n in names for a in ("--target", f"turnk:{n}")], "--contract", "batch_memcpy",
+              "--device", "cpu", "--time", "9", "--shrink-time", "0.5", "--max-examples", "100000",
+              "--min-examples", "3", "--database", "none", "--isolate", "--json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    by = {t["target"].split(":")[1]: t for t in json.loads(proc.stdout)["targets"]}
+    assert by["dies"]["finding"]["kind"] == "crash" and by["copies_nothing"]["status"] == "finding"
+    slow = by["slow_ok"]
+    assert slow["status"] == "clean" and 4.5 < slow["seconds"] < 9.5, slow  # a first share of 3 s, then more
