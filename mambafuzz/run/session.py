@@ -338,6 +338,8 @@ class Session:
                     hung = w.current_case is not None and now - w.last_heard > self.sopts.hang_timeout
                     if not (died or hung) and w.process.is_alive():
                         continue
+                    if died and not hung:
+                        w.process.join(2.0)  # its pipe closed: it is exiting; its exit code says why
                     if w.process.is_alive():
                         w.process.kill()
                     w.process.join(5)
