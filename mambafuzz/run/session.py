@@ -188,6 +188,7 @@ class _Live:
     current_case: dict | None = None
     last_heard: float = field(default_factory=time.monotonic)
     ready: bool = False                # it said hello: it got past start-up
+    finished: bool = False             # it said bye: it ran its targets
 
 
 def session_key(targets: list[dict], sopts: SessionOptions) -> str:
@@ -338,8 +339,8 @@ class Session:
                     hung = w.current_case is not None and now - w.last_heard > self.sopts.hang_timeout
                     if not (died or hung) and w.process.is_alive():
                         continue
-                    if died and not hung:
-                        w.process.join(2.0)  # its pipe closed: it is exiting; its exit code says why
+                    if died and not hung and not w.finished:
+                        w.process.join(2.0)  # its pipe closed mid-run: it is exiting; its exit code says why
                     if w.process.is_alive():
                         w.process.kill()
                     w.process.join(5)
@@ -514,6 +515,8 @@ class Session:
             _, end = body
             if self.deadline.end is None and end is not None:  # --time runs from the first worker ready
                 self.deadline = dataclasses.replace(self.deadline, end=end)
+        elif kind == "bye":
+            w.finished = True
         elif kind == "target":
             w.current_target, w.current_case = body, None
         elif kind == "case":
