@@ -281,7 +281,7 @@ def test_output_at_80_columns_keeps_commands_and_paths_whole(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_WRONG.replace("time.sleep(0.05)", "pass"))
     proc = mf("fuzz", "--target", "slow:copy", "--contract", "batch_memcpy", "--no-isolate", "--seed", "3",
               "--database", "none", "--crashes-dir", "a-rather-long-folder-name-for-crash-files-of-this-run",
-              cwd=tmp_path)
+              "--shrink-time", "5", cwd=tmp_path)
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
     replay = [line for line in lines if line.strip().startswith("replay: ")]
