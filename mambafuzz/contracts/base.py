@@ -67,8 +67,13 @@ class Output:
     care: np.ndarray | None = None   # bool, as `expected`: False where any value is right (a pad row's output)
 
     @property
+    def tolerant(self) -> bool:
+        """Whether elements are judged within a tolerance (else equal, where compared)."""
+        return not (bool(np.all(np.asarray(self.atol) == 0)) and self.rtol == 0)
+
+    @property
     def exact(self) -> bool:
-        return bool(np.all(np.asarray(self.atol) == 0)) and self.rtol == 0 and self.care is None
+        return not self.tolerant and self.care is None
 
 
 @dataclass

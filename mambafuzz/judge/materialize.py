@@ -88,12 +88,11 @@ def differing(output: Output, got: np.ndarray) -> np.ndarray:
     """Indices of `got`'s elements outside `output`'s expectation (exactly, or within its tolerance)."""
     want = output.expected.reshape(-1)
     got = got.reshape(-1)
-    atol = np.asarray(output.atol)
-    if np.all(atol == 0) and output.rtol == 0:
+    if not output.tolerant:
         close = got == want
     else:
         want64, got64 = want.astype(np.float64), got.astype(np.float64)
-        close = np.abs(got64 - want64) <= atol.reshape(-1) + output.rtol * np.abs(want64)
+        close = np.abs(got64 - want64) <= np.asarray(output.atol).reshape(-1) + output.rtol * np.abs(want64)
         close |= np.isnan(want64) & np.isnan(got64)
     if output.care is not None:
         close |= ~output.care.reshape(-1)
@@ -263,7 +262,7 @@ def _device_output(out: Output, live) -> tuple:
     dev = live.device
     flat = lambda a, dtype=None: torch.as_tensor(np.ascontiguousarray(np.asarray(a).reshape(-1)), dtype=dtype).to(dev)
     care = None if out.care is None else flat(out.care)
-    if np.all(np.asarray(out.atol) == 0) and out.rtol == 0:
+    if not out.tolerant:
         return flat(out.expected), None, care
     want = flat(out.expected, torch.float64)
     return want, flat(np.asarray(out.atol, dtype=np.float64)) + out.rtol * want.abs(), care

@@ -67,11 +67,8 @@ def _in_process(targets: list, opts: FuzzOptions, deadline: Deadline,
         on_update(list(reports))
         if report.context_lost:
             stopped_why = "not run: the CUDA context was broken by a fault (use --isolate)"
-    again = [] if stopped_why is not None else second_turns(reports, deadline)
-    for j, i in enumerate(again):  # what the targets caught early left, to those whose share ran out
-        if deadline.over() or interrupt.requested():
-            break
-        target_opts = dataclasses.replace(opts, deadline=deadline.share(len(again) - j))
+    for i, share in second_turns(reports, deadline) if stopped_why is None else ():
+        target_opts = dataclasses.replace(opts, deadline=share)  # what the targets caught early left
         reports[i] = fuzz_target(targets[i], target_opts, _progress(on_update, reports[:i], reports[i + 1:]),
                                  resume=reports[i])
         on_update(list(reports))

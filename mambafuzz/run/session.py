@@ -82,7 +82,6 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         from mambafuzz.run.mps import bound_memory
         bound_memory(spec.memory_share)
     interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
-    from mambafuzz.cli.targets import resolve
 
     opts_fields = dict(spec.options)
     opts_fields["profile"] = strategies.PROFILES[opts_fields["profile"]]
@@ -95,13 +94,12 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     ran, fuzzed = 0, []  # targets this worker slot has fuzzed: how many here, and (target, report) of each
     for entry, body in spec.earlier:
         try:
-            fuzzed.append((resolve([entry["spec"]], contract=entry.get("contract"),
-                                   overlap=entry.get("overlap", "full"))[0], TargetReport.from_json(body)))
+            fuzzed.append((_resolved(entry), TargetReport.from_json(body)))
         except (UsageError, KeyError, TypeError, ValueError, CaseError):
             pass  # it had its turn; without its report it gets no second one
     for i, entry in enumerate(spec.targets):
         try:
-            target = resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
+            target = _resolved(entry)
         except UsageError as exc:
             conn.send(("report", TargetReport(entry["spec"], entry.get("contract") or "?", stop="not-run",
                                               detail=str(exc)).to_json()))
@@ -116,17 +114,19 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
             break
         fuzzed.append((target, report))
     else:  # what the targets caught early left, to those whose share ran out (search.fuzz.second_turns)
-        again = second_turns([r for _, r in fuzzed], deadline)
-        for j, k in enumerate(again):
-            if deadline.over():
-                break
+        for k, share in second_turns([r for _, r in fuzzed], deadline):
             target, before = fuzzed[k]
-            report = _worker_turn(conn, target, FuzzOptions(**opts_fields, deadline=deadline.share(len(again) - j)),
-                                  resume=before)
-            if report.interrupted:
+            if _worker_turn(conn, target, FuzzOptions(**opts_fields, deadline=share), resume=before).interrupted:
                 break
     conn.send(("bye", None))
     conn.close()
+
+
+def _resolved(entry: dict):
+    """The target a session entry names (UsageError when it cannot be loaded)."""
+    from mambafuzz.cli.targets import resolve
+
+    return resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
 
 
 def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = None) -> TargetReport:
@@ -154,9 +154,7 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
 
         detail = write_error(opts, target.name, InternalError(
             f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
-        conn.send(("report", TargetReport(target.name, target.contract, stop="internal-error",
-                                          detail=detail).to_json()))
-        return TargetReport(target.name, target.contract, stop="internal-error", detail=detail)
+        report = TargetReport(target.name, target.contract, stop="internal-error", detail=detail)
     conn.send(("report", report.to_json()))
     if report.context_lost:
         conn.close()
@@ -445,8 +443,8 @@ class Session:
         if rep is None or (rep.finding is not None and str(rep.finding.path) == path):
             return
         try:
-            finding = Finding.from_json(json.loads(Path(path).read_text()), path=Path(path))
-        except (OSError, ValueError, KeyError, TypeError, CaseError):
+            finding = Finding.from_json(findings.load(Path(path)).body, path=Path(path))
+        except (findings.CrashFileError, KeyError, TypeError, ValueError, CaseError):
             return  # the reported one stays; the file is kept for replay
         rep.finding, rep.written = finding, True
         rep.stop, rep.finished = "finding", True

@@ -340,15 +340,19 @@ class _Best:
             witness=self.witness.to_json() if self.witness is not None else None, not_minimal=self.not_minimal)
 
 
-def second_turns(reports: list[TargetReport], deadline) -> list[int]:
-    """Which targets get a second turn once every target had its first: those whose share of --time
-    ran out with nothing found (a target caught early leaves the rest of its share), while the run
-    has time left.  Indices into `reports`; the caller fuzzes each again with ``resume=``, taking
-    ``deadline.share`` over those still to go."""
-    if deadline.end is None or deadline.over() or interrupt.requested():
-        return []
-    return [i for i, r in enumerate(reports)
-            if r.stop == "time" and r.finding is None and not r.interrupted and not r.context_lost]
+def second_turns(reports: list[TargetReport], deadline: Deadline):
+    """The second turns once every target had its first: (index into `reports`, its share of what is
+    left), for each target whose share of --time ran out with nothing found (a target caught early
+    leaves the rest of its share), while the run has time left.  The caller fuzzes each with ``resume=``
+    (and stops on a broken context or an interrupted turn)."""
+    if deadline.end is None:
+        return
+    again = [i for i, r in enumerate(reports)
+             if r.stop == "time" and r.finding is None and not r.interrupted and not r.context_lost]
+    for j, i in enumerate(again):
+        if deadline.over() or interrupt.requested():
+            return
+        yield i, deadline.share(len(again) - j)
 
 
 def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None) -> None:
