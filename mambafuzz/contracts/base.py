@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterator
 
 import numpy as np
@@ -56,20 +57,23 @@ class Output:
 
     Compared element by element: exactly, or within ``atol + rtol * |expected|``
     where a contract's outputs are float math; elements where ``care`` is False are not compared.  ``what`` names one element in a
-    report ("request {i}"); the engine restores the argument before every run.
+    report ("request {i}"); the engine restores the argument before every run.  The arrays are numpy,
+    or torch tensors on the case's device (an oracle that ran there: nothing crosses to the host unless
+    a difference is reported).
     """
 
     name: str
-    expected: np.ndarray
-    atol: float | np.ndarray = 0.0   # a scalar, or one bound per element (as `expected`)
+    expected: Any                    # np.ndarray or torch.Tensor
+    atol: Any = 0.0                  # a scalar, or one bound per element (as `expected`)
     rtol: float = 0.0
     what: str = "element {i}"
-    care: np.ndarray | None = None   # bool, as `expected`: False where any value is right (a pad row's output)
+    care: Any = None                 # bool, as `expected`: False where any value is right (a pad row's output)
 
-    @property
+    @cached_property
     def tolerant(self) -> bool:
         """Whether elements are judged within a tolerance (else equal, where compared)."""
-        return not (bool(np.all(np.asarray(self.atol) == 0)) and self.rtol == 0)
+        zero = self.atol == 0
+        return not (bool(zero.all()) if hasattr(zero, "all") else bool(zero)) or self.rtol != 0
 
     @property
     def exact(self) -> bool:
@@ -170,6 +174,13 @@ class Contract:
         """The zoo targets of this contract (imports the kernels: the device must be chosen first)."""
         from mambafuzz.kernels import registry
         return [t for t in registry.zoo_targets() if t.contract == self.name]
+
+
+def host_array(values) -> np.ndarray:
+    """An ``Output``'s array (numpy, a torch tensor anywhere, a scalar) as numpy on the host."""
+    if hasattr(values, "detach"):
+        return values.detach().cpu().numpy()
+    return np.asarray(values)
 
 
 def without(items: tuple, i: int) -> tuple:

@@ -25,8 +25,8 @@ from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
 from .base import Argument, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import (UPDATE_CLI_OPTIONS, finite_values, from_float64, min_accepted_option, pad_option,
-                      rows_dropped, to_float64)
+from .updates import (UPDATE_CLI_OPTIONS, as_stored, finite_values, from_float64, min_accepted_option,
+                      as_tensors, oracle_input, pad_option, rows_dropped, stored_tensor, tiled, to_float64)
 
 
 class DeltaUpdate(Contract):
@@ -90,14 +90,22 @@ class DeltaUpdate(Contract):
             raise oracle.OracleError(f"the pool and buffer take {elems} bytes, more than 1 GiB")
         return Image()
 
-    def _values(self, case: DeltaUpdateCase):
-        """Stored elements from the seed: pool, buffer (each in its layout), q, k, v, g, beta."""
+    def _read_slots(self, case: DeltaUpdateCase) -> list[int]:
+        """The slots the sequences read: idx at column max(nacc - 1, 0) (or 0), where that is a slot."""
+        cols = [max(a - 1, 0) for a in case.nacc] if case.nacc is not None else [0] * len(case.idx)
+        return [row[c] for row, c in zip(case.idx, cols) if c < len(row) and row[c] != case.pad
+                and 0 <= row[c] < case.slots]
+
+    def _values(self, case: DeltaUpdateCase, device: str):
+        """Stored elements from the seed: the pool and buffer (tensors on `device`, each in its layout:
+        read slots of their own, the rest tiled), q, k, v, g, beta (numpy)."""
         rng = np.random.default_rng((case.seed, 13))
         hv, kd, vd = case.value_heads, case.key_dim, case.value_dim
         inner = (hv, vd, kd) if case.layout == "vk" else (hv, kd, vd)
-        pool = finite_values(rng, case.slots * hv * kd * vd, case.dtype).reshape((case.slots,) + inner)
+        draw = lambda n: finite_values(rng, n, case.dtype)
+        pool = tiled(case.slots, inner, self._read_slots(case), draw, case.dtype, device)
         steps = (case.inter_rows, case.cache_steps)
-        buf = finite_values(rng, int(np.prod(steps)) * hv * kd * vd, case.dtype).reshape(steps + inner)
+        buf = tiled(int(np.prod(steps)), inner, (), draw, case.dtype, device).reshape(steps + inner)
         total = sum(case.lens)
 
         def act(values):
@@ -109,31 +117,27 @@ class DeltaUpdate(Contract):
         beta = act(rng.uniform(0.05, 1.0, (total, hv, vd) if case.beta_per_v else (total, hv)))
         return pool, buf, q, k, v, g, beta
 
-    def _vmajor(self, case, values: np.ndarray) -> np.ndarray:
-        """A pool or buffer in its layout as float64 V-major (the oracle's)."""
-        out = to_float64(values, case.dtype)
-        return out if case.layout == "vk" else np.swapaxes(out, -1, -2)
+    def _vmajor(self, case, values, device: str):
+        """A pool or buffer tensor in its layout as the oracle's float64 V-major."""
+        return oracle_input(values if case.layout == "vk" else values.transpose(-1, -2), device)
 
-    def _in_layout(self, case, values: np.ndarray) -> np.ndarray:
-        return values if case.layout == "vk" else np.swapaxes(values, -1, -2)
+    def _in_layout(self, case, values):
+        return values if case.layout == "vk" else values.transpose(-1, -2)
 
     def prepare(self, case: DeltaUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
         import torch
 
-        pool, buf, q, k, v, g, beta = self._values(case)
+        pool, buf, q, k, v, g, beta = self._values(case, device)
         cu = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
-        f64 = {name: to_float64(a, case.act_dtype) for name, a in (("q", q), ("k", k), ("v", v), ("g", g),
-                                                                  ("beta", beta))}
+        f64 = {name: oracle_input(to_float64(a, case.act_dtype), device)
+               for name, a in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta))}
         scale = case.key_dim ** -0.5
         got = expect_delta_update(
-            self._vmajor(case, pool), f64["q"], f64["k"], f64["v"], f64["g"], f64["beta"], cu, case.idx,
+            self._vmajor(case, pool, device), f64["q"], f64["k"], f64["v"], f64["g"], f64["beta"], cu, case.idx,
             scale=scale, nacc=case.nacc, pad=case.pad, l2norm=case.l2norm, state_dtype=case.dtype,
-            out_dtype=case.act_dtype, buffer=self._vmajor(case, buf) if case.inter_rows else None,
+            out_dtype=case.act_dtype, buffer=self._vmajor(case, buf, device) if case.inter_rows else None,
             inter_idx=case.inter_idx, cache_steps=case.cache_steps)
-
-        def tensor(raw, dtype):
-            t = torch.from_numpy(np.ascontiguousarray(raw).copy())
-            return (t.view(torch.bfloat16) if dtype == "bfloat16" else t).to(device)
+        got = as_tensors(got, "pool", "pool_bound", "out", "out_bound", "buffer", "buffer_bound")
 
         def ints(values):
             return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
@@ -142,12 +146,12 @@ class DeltaUpdate(Contract):
         table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
         table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
         base = torch.from_numpy(table).to(device)
-        args = {"q": tensor(q, case.act_dtype), "k": tensor(k, case.act_dtype), "v": tensor(v, case.act_dtype),
-                "g": tensor(g, case.act_dtype), "beta": tensor(beta, case.act_dtype),
-                "initial_state": tensor(pool, case.dtype), "cu_seqlens": ints(cu.tolist()),
+        act = lambda raw: stored_tensor(raw, case.act_dtype, device)
+        args = {"q": act(q), "k": act(k), "v": act(v), "g": act(g), "beta": act(beta),
+                "initial_state": pool, "cu_seqlens": ints(cu.tolist()),
                 "ssm_state_indices": base[:, :case.cols] if case.idx_2d else base[:, 0],
                 "num_accepted_tokens": ints(case.nacc),
-                "intermediate_states_buffer": tensor(buf, case.dtype) if case.inter_rows else None,
+                "intermediate_states_buffer": buf if case.inter_rows else None,
                 "intermediate_state_indices": ints(case.inter_idx) if case.inter_rows else None,
                 "out": torch.full(v.shape, float("nan"), dtype=getattr(torch, case.act_dtype), device=device)}
         kwargs = {"scale": scale, "use_qk_l2norm_in_kernel": case.l2norm, "state_layout": case.layout,
@@ -155,12 +159,12 @@ class DeltaUpdate(Contract):
         outputs = [self._state_output(case, "initial_state", got.pool, got.pool_bound)]
         if case.inter_rows:
             outputs.append(self._state_output(case, "intermediate_states_buffer", got.buffer, got.buffer_bound))
-        care = np.broadcast_to(got.care[:, None, None], got.out.shape).copy()
+        care = np.broadcast_to(got.care[:, None, None], tuple(got.out.shape)).copy()
         outputs.append(Output("out", got.out, atol=got.out_bound, care=care,
                               what="flat element {i} of out [T, HV, V]"))
         return Prepared(args, kwargs, snapshot.copy(), outputs=tuple(outputs) + self._unchanged(args))
 
-    def _state_output(self, case: DeltaUpdateCase, name: str, values: np.ndarray, bound: np.ndarray) -> Output:
+    def _state_output(self, case: DeltaUpdateCase, name: str, values, bound) -> Output:
         """A pool or buffer in its layout: within `bound` where written; where nothing is, exactly (as
         stored elements when nothing is written at all: a bound of 0 everywhere is an exact Output, which
         compares bfloat16 as its bits)."""
@@ -168,9 +172,8 @@ class DeltaUpdate(Contract):
         lead = "S" if name == "initial_state" else "R, steps"
         what = f"flat element {{i}} of {name} [{lead}, {dims}]"
         values, bound = self._in_layout(case, values), self._in_layout(case, bound)
-        if not bound.any():
-            raw = from_float64(values, case.dtype)
-            return Output(name, raw.view(np.int16) if case.dtype == "bfloat16" else raw, what=what)
+        if not bool(bound.any()):
+            return Output(name, as_stored(values, case.dtype), what=what)
         return Output(name, values, atol=bound, what=what)
 
     @staticmethod

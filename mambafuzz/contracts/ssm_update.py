@@ -31,10 +31,10 @@ from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
 from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
 from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 
-from .base import Argument, Contract, Image, Output, Prepared
+from .base import Argument, Contract, Image, Output, Prepared, host_array
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (UPDATE_CLI_OPTIONS, RAW, finite_values, from_float64, min_accepted_option, pad_option,
-                      rows_dropped, to_float64)
+from .updates import (UPDATE_CLI_OPTIONS, RAW, as_stored, finite_values, from_float64, min_accepted_option,
+                      as_tensors, oracle_input, pad_option, rows_dropped, stored_tensor, tiled, to_float64)
 
 
 class SsmUpdate(Contract):
@@ -140,17 +140,26 @@ class SsmUpdate(Contract):
         for start in starts:
             snapshot[start:start + case.slot_bytes] = self._exact_state(rng, n, case.dtype).view(np.uint8)
 
-    def _held_pool(self, case: SsmUpdateCase, snapshot: np.ndarray, plan) -> np.ndarray:
-        """The held slots' stored elements [U, H, D, N] (exact: from the arena; else drawn from the seed)."""
+    def _read_slots(self, case: SsmUpdateCase) -> list[int]:
+        """The slots the rows read: src at column max(nacc - 1, 0), where that is a slot."""
+        cols = [max(a - 1, 0) for a in case.nacc] if case.nacc is not None else [0] * len(case.src)
+        return [row[c] for row, c in zip(case.src, cols) if c < len(row) and row[c] != case.pad
+                and 0 <= row[c] < case.slots]
+
+    def _pool(self, case: SsmUpdateCase, snapshot: np.ndarray, plan, device: str):
+        """The pool the step starts from, stored elements on `device`: exact, the held slots [U, H, D, N]
+        from the arena; else the whole pool [S, H, D, N], its read slots' values drawn from the seed."""
         used, starts = plan
-        shape = (len(used), case.heads, case.dim, case.dstate)
+        inner = (case.heads, case.dim, case.dstate)
         if case.exact:
             raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
-            return raw.reshape(shape)
-        rng = np.random.default_rng((case.seed, 7))  # uniform in [-2, 2): distinct, unit-sized, 3x faster to draw
-        values = rng.random(int(np.prod(shape)), dtype=np.float32) * np.float32(4) - np.float32(2)
-        return from_float64(values, case.dtype).reshape(shape) if case.dtype == "bfloat16" else \
-            values.astype(RAW[case.dtype]).reshape(shape)
+            return stored_tensor(raw.reshape((len(used),) + inner), case.dtype, device)
+        rng = np.random.default_rng((case.seed, 7))
+
+        def draw(n):  # uniform in [-2, 2): distinct, unit-sized, 3x faster to draw than normals
+            values = rng.random(n, dtype=np.float32) * np.float32(4) - np.float32(2)
+            return from_float64(values, case.dtype) if case.dtype == "bfloat16" else values.astype(RAW[case.dtype])
+        return tiled(case.slots, inner, self._read_slots(case), draw, case.dtype, device)
 
     def _inputs(self, case: SsmUpdateCase) -> dict[str, np.ndarray | None]:
         """Stored input elements from the seed: io dtype [T, ...] for x, dt, z, B, C; float32 A, D, dt_bias."""
@@ -204,81 +213,71 @@ class SsmUpdate(Contract):
         import torch
 
         used, starts = image.plan
-        held = self._held_pool(case, snapshot, image.plan)
+        pool = self._pool(case, snapshot, image.plan, device)
         ins = self._inputs(case)
         h, d, n = case.heads, case.dim, case.dstate
         a64 = ins["A"].astype(np.float64)
         a64 = np.broadcast_to(a64[:, None, None], (h, d, n)) if case.a_per_head else a64.reshape(h, d, n)
+        src, dst = case.src, case.dst
+        if case.exact:  # the oracle holds the used slots only (a pool maybe past 2 GiB), renumbered
+            src, dst = self._remapped(case, used, src), self._remapped(case, used, dst)
+        on = lambda values: oracle_input(values, device)
         try:
             got = expect_ssm_update(
-                to_float64(held, case.dtype), self._padded(case, ins["x"]), self._padded(case, ins["dt"]), a64,
-                self._padded(case, ins["B"]), self._padded(case, ins["C"]), case.lens,
-                self._remapped(case, used, case.src), dst=self._remapped(case, used, case.dst),
-                D=None if ins["D"] is None else ins["D"].astype(np.float64), z=self._padded(case, ins["z"]),
-                dt_bias=None if ins["dt_bias"] is None else ins["dt_bias"].astype(np.float64),
+                on(pool), on(self._padded(case, ins["x"])), on(self._padded(case, ins["dt"])), on(a64),
+                on(self._padded(case, ins["B"])), on(self._padded(case, ins["C"])), case.lens, src, dst=dst,
+                D=on(None if ins["D"] is None else ins["D"].astype(np.float64)), z=on(self._padded(case, ins["z"])),
+                dt_bias=on(None if ins["dt_bias"] is None else ins["dt_bias"].astype(np.float64)),
                 softplus=case.softplus, nacc=case.nacc, pad=case.pad, dtype=case.dtype, io_dtype=case.io_dtype)
         except oracle.OracleError as exc:  # name slots as the case does, not as the compact pool
+            if not case.exact:
+                raise
             raise oracle.OracleError(str(exc) + f" (slots as held: {list(map(int, used))})") from None
+        got = as_tensors(got, "pool", "pool_tol", "out", "out_tol")
 
         sdtype = getattr(torch, case.dtype)
-        def tensor(raw, dtype_name):
-            t = torch.from_numpy(np.ascontiguousarray(raw).copy())
-            return (t.view(torch.bfloat16) if dtype_name == "bfloat16" else t).to(device)
-
         expected = snapshot.copy()
         outputs = []
         per_slot = case.slot_stride // case.elem
         shape, strides = (case.slots, h, d, n), (per_slot, d * n, n, 1)
         if case.exact:
-            for k in np.flatnonzero(got.stored):
-                raw = from_float64(got.pool[k], case.dtype).reshape(-1)
-                expected[starts[k]:starts[k] + case.slot_bytes] = raw.view(np.uint8)
+            stored = np.flatnonzero(got.stored)
+            new = host_array(as_stored(got.pool[torch.as_tensor(stored, device=device)], case.dtype))
+            for k, raw in zip(stored, new):
+                expected[starts[k]:starts[k] + case.slot_bytes] = raw.reshape(-1).view(np.uint8)
             flat = arena[case.offset:case.offset + case.slots * case.slot_stride].view(sdtype)
             state = flat.as_strided(shape, strides)
-        else:
-            state, want, tol = self._own_pool(case, used, held, got)
-            state = tensor(state, case.dtype)
-            outputs.append(Output("state", want, atol=tol, what="flat element {i} of state [S, H, D, N]"))
+        else:  # a pool of its own: within the bound where a row stores, exactly (as stored) elsewhere
+            state = pool
+            if bool(got.pool_tol.any()):
+                outputs.append(Output("state", got.pool, atol=got.pool_tol, what="flat element {i} of state [S, H, D, N]"))
+            else:
+                outputs.append(Output("state", as_stored(got.pool, case.dtype), what="flat element {i} of state [S, H, D, N]"))
 
         rows = len(case.lens)
         def tokens(raw, dtype_name):
             if raw is None:
                 return None
-            t = tensor(raw, dtype_name)
+            t = stored_tensor(raw, dtype_name, device)
             return t if case.varlen else t.reshape((rows,) + tuple(raw.shape[1:]))
         x, dt, z = tokens(ins["x"], case.io_dtype), tokens(ins["dt"], case.io_dtype), tokens(ins["z"], case.io_dtype)
         Bt, Ct = tokens(ins["B"], case.io_dtype), tokens(ins["C"], case.io_dtype)
-        A = tensor(ins["A"], "float32")
+        A = stored_tensor(ins["A"], "float32", device)
         A = A.as_strided((h, d, n), (1, 0, 0)) if case.a_per_head else A.reshape(h, d, n)
         def ints(values):
             return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
+        def floats(values):
+            return None if values is None else stored_tensor(values, "float32", device)
         cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
         out = torch.full_like(x, float("nan"))
-        args = {"state": state, "x": x, "dt": dt, "A": A, "B": Bt, "C": Ct,
-                "D": None if ins["D"] is None else tensor(ins["D"], "float32"), "z": z,
-                "dt_bias": None if ins["dt_bias"] is None else tensor(ins["dt_bias"], "float32"),
-                "state_batch_indices": self._index(case, case.src, device),
+        args = {"state": state, "x": x, "dt": dt, "A": A, "B": Bt, "C": Ct, "D": floats(ins["D"]), "z": z,
+                "dt_bias": floats(ins["dt_bias"]), "state_batch_indices": self._index(case, case.src, device),
                 "dst_state_batch_indices": None if case.dst is None else self._index(case, case.dst, device),
                 "num_accepted_tokens": ints(case.nacc), "cu_seqlens": ints(cuts.tolist()) if case.varlen else None,
                 "out": out}
         kwargs = {"dt_softplus": case.softplus, "pad_slot_id": case.pad}
         outputs.insert(0, self._out(case, got, cuts))
         return Prepared(args, kwargs, expected, outputs=tuple(outputs) + self._unchanged(args))
-
-    def _own_pool(self, case: SsmUpdateCase, used: np.ndarray, held: np.ndarray, got):
-        """A pool of its own: the held slots' values and a cheap repeated tile in the others (no correct
-        kernel reads them); what it must hold after (float64) and the bound (0: exactly)."""
-        h, d, n = case.heads, case.dim, case.dstate
-        tile = held[0]
-        pool = np.broadcast_to(tile, (case.slots, h, d, n)).copy()
-        pool[used] = held
-        want = to_float64(pool, case.dtype)
-        want[used] = got.pool
-        tol = np.zeros(want.shape)
-        tol[used] = got.pool_tol
-        if not tol.any():  # compared exactly, as stored (a bfloat16 pool as its int16 bits)
-            want = pool.view(np.int16) if case.dtype == "bfloat16" else pool.copy()
-        return pool, want, tol
 
     def _index(self, case: SsmUpdateCase, table, device):
         """An int32 [B, C] view with the case's column and row strides over a pad-filled buffer."""
@@ -293,11 +292,14 @@ class SsmUpdate(Contract):
 
     def _out(self, case: SsmUpdateCase, got, cuts) -> Output:
         """`out` shaped as x: live tokens' values and bounds; skipped rows' don't-care."""
+        import torch
+
         rows = len(case.lens)
         b = np.repeat(np.arange(rows), case.lens)
         t = np.arange(int(cuts[-1])) - cuts[b]
-        want, bound = got.out[b, t], got.out_tol[b, t]
-        care = np.broadcast_to(got.out_care[b, t][:, None, None], want.shape).copy()
+        at = (torch.as_tensor(b, device=got.out.device), torch.as_tensor(t, device=got.out.device))
+        want, bound = got.out[at], got.out_tol[at]
+        care = np.broadcast_to(got.out_care[b, t][:, None, None], tuple(want.shape)).copy()
         what = "flat element {i} of out" + (" [T, H, D]" if case.varlen else " [B, H, D]")
         return Output("out", want, atol=bound, what=what, care=care)
 

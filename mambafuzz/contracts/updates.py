@@ -1,5 +1,7 @@
 """What every update contract of SPEC 2.7 shares: stored floats to float64 and back, distinct finite
-values to fill slots with, the pad and min-accepted options, and the one-row-fewer shrink step."""
+values to fill slots with, pools whose read slots have values of their own (``tiled``), tensors on the
+case's device for the kernel and the oracle, the pad and min-accepted options, and the one-row-fewer
+shrink step."""
 from __future__ import annotations
 
 import dataclasses
@@ -40,6 +42,63 @@ def finite_values(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
         return (values.view(np.uint32) >> 16).astype(np.uint16)
     return values.astype(RAW[dtype])
+
+
+def stored_tensor(raw: np.ndarray, dtype: str, device):
+    """Stored elements (bfloat16 as its uint16 bits) as a tensor of `dtype` on `device`."""
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(raw).copy())
+    return (t.view(torch.bfloat16) if dtype == "bfloat16" else t).to(device)
+
+
+def oracle_input(values, device):
+    """float64 values (numpy, or a tensor on `device`) as the oracle takes them there: numpy on the CPU
+    (faster there than torch), a float64 tensor on a GPU, so that a 256-row batch is judged in
+    milliseconds (``oracle/_xp.py``).  None stays None."""
+    import torch
+
+    if values is None:
+        return None
+    if isinstance(values, torch.Tensor):
+        values = values.double()
+        return values.numpy() if values.device.type == "cpu" else values
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    return values if torch.device(device).type == "cpu" else torch.from_numpy(values).to(device)
+
+
+def as_tensors(result, *fields: str):
+    """`result` with its float arrays `fields` as torch tensors (numpy ones shared, not copied), so
+    that the contract code after the oracle is the same on every device."""
+    import torch
+
+    return dataclasses.replace(result, **{f: torch.from_numpy(getattr(result, f)) for f in fields
+                                          if isinstance(getattr(result, f), np.ndarray)})
+
+
+def as_stored(values, dtype: str):
+    """float64 values a stored `dtype` holds exactly, as that dtype (bfloat16 as its int16 bits, as an
+    exact ``Output`` compares it)."""
+    import torch
+
+    t = values.to(getattr(torch, dtype))
+    return t.view(torch.int16) if dtype == "bfloat16" else t
+
+
+def tiled(slots: int, inner: tuple[int, ...], own, draw, dtype: str, device):
+    """A pool ``[slots, *inner]`` of `dtype` on `device`: each slot in `own` (the slots a correct step
+    reads) holds values of its own, every other slot one more tile of them.  A wrong slot, column or
+    head still reads values unlike the right ones, and drawing costs the rows, not the pool.  `draw(n)`
+    gives n stored elements."""
+    import torch
+
+    size = int(np.prod(inner))
+    pool = stored_tensor(draw(size), dtype, device).reshape(inner).expand((slots,) + tuple(inner)).clone()
+    own = sorted(set(own))
+    if own:
+        values = stored_tensor(draw(size * len(own)), dtype, device).reshape((len(own),) + tuple(inner))
+        pool[torch.as_tensor(own, dtype=torch.int64, device=device)] = values
+    return pool
 
 
 def pad_option(contract: str, value) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mambafuzz import contracts, oracle
-from mambafuzz.contracts.base import Output
+from mambafuzz.contracts.base import Output, host_array
 from mambafuzz.kernels.perturb import Perturb
 
 from mambafuzz.contracts.cases import Case
@@ -84,18 +84,19 @@ def host_values(tensor, output: Output) -> np.ndarray:
     return t.numpy()
 
 
-def differing(output: Output, got: np.ndarray) -> np.ndarray:
-    """Indices of `got`'s elements outside `output`'s expectation (exactly, or within its tolerance)."""
-    want = output.expected.reshape(-1)
+def differing(output: Output, got: np.ndarray, want: np.ndarray | None = None) -> np.ndarray:
+    """Indices of `got`'s elements outside `output`'s expectation (exactly, or within its tolerance);
+    `want` its expected values on the host, when the caller has them already."""
+    want = (host_array(output.expected) if want is None else want).reshape(-1)
     got = got.reshape(-1)
     if not output.tolerant:
         close = got == want
     else:
         want64, got64 = want.astype(np.float64), got.astype(np.float64)
-        close = np.abs(got64 - want64) <= np.asarray(output.atol).reshape(-1) + output.rtol * np.abs(want64)
+        close = np.abs(got64 - want64) <= host_array(output.atol).reshape(-1) + output.rtol * np.abs(want64)
         close |= np.isnan(want64) & np.isnan(got64)
     if output.care is not None:
-        close |= ~output.care.reshape(-1)
+        close |= ~host_array(output.care).reshape(-1)
     return np.flatnonzero(~close)
 
 
@@ -196,9 +197,10 @@ class Materialized:
         bad_out: list[dict[str, Any]] = []
         for out in self.outputs:
             got = host_values(self.args[out.name], out).reshape(-1)
-            for i in differing(out, got)[:FIRST_DIFFS]:
+            want = host_array(out.expected).reshape(-1)
+            for i in differing(out, got, want)[:FIRST_DIFFS]:
                 bad_out.append({"argument": out.name, "index": int(i), "where": out.what.format(i=int(i)),
-                                "expected": out.expected.reshape(-1)[i].item(), "actual": got[i].item()})
+                                "expected": want[i].item(), "actual": got[i].item()})
         if diff.size == 0 and not bad_out:
             return None
         offsets = diff if self.positions is None else self.positions[diff]
@@ -260,12 +262,14 @@ def _device_output(out: Output, live) -> tuple:
     import torch
 
     dev = live.device
-    flat = lambda a, dtype=None: torch.as_tensor(np.ascontiguousarray(np.asarray(a).reshape(-1)), dtype=dtype).to(dev)
+    def flat(a, dtype=None):  # an oracle's tensor stays where it is; numpy crosses once
+        t = a if isinstance(a, torch.Tensor) else torch.as_tensor(np.ascontiguousarray(np.asarray(a)))
+        return t.reshape(-1).to(device=dev, dtype=dtype)
     care = None if out.care is None else flat(out.care)
     if not out.tolerant:
         return flat(out.expected), None, care
     want = flat(out.expected, torch.float64)
-    return want, flat(np.asarray(out.atol, dtype=np.float64)) + out.rtol * want.abs(), care
+    return want, flat(out.atol, torch.float64) + out.rtol * want.abs(), care
 
 
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:

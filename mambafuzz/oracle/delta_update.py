@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _xp
 from .conv_update import IllPosedUpdate
 from .errors import OracleError
 
@@ -144,28 +145,31 @@ def plan_delta_update(slots: int, lens, idx, *, nacc=None, pad: int = -1, inter_
     return DeltaPlan(live, src, write_slot, write_mask, inter, spec)
 
 
-def delta_tolerance(dtype: str, mag: np.ndarray, want: np.ndarray, depth: int) -> np.ndarray:
+def delta_tolerance(dtype: str, mag, want, depth: int):
     """Per-element bound on |kernel - oracle|: fp32 work of chain depth `depth` on the magnitudes `mag`,
-    then the result rounded to `dtype` (see the module docstring)."""
-    bound = np.abs(np.asarray(want, dtype=np.float32))  # float32: a bound needs no more, and it halves the traffic
-    bound *= np.float32(EPS[dtype])
-    bound += np.float32(1.5 * depth * EPS_ACC) * mag
-    bound += np.float32(1e-6)
+    then the result rounded to `dtype` (see the module docstring); arrays of either kind (``_xp``)."""
+    xp = _xp.of(want)
+    bound = xp.f32(abs(want))  # float32: a bound needs no more, and it halves the traffic
+    bound *= EPS[dtype]
+    bound += (1.5 * depth * EPS_ACC) * mag
+    bound += 1e-6
     return bound
 
 
-def _normed(x: np.ndarray, on: bool) -> np.ndarray:
-    return x / np.sqrt((x * x).sum(-1, keepdims=True) + L2_EPS) if on else x
+def _normed(xp, x, on: bool):
+    return x / xp.sqrt(xp.sum(x * x, -1, keepdims=True) + L2_EPS) if on else x
 
 
-def expect_delta_update(pool: np.ndarray, q, k, v, g, beta, cu_seqlens, idx, *, scale: float, nacc=None,
+def expect_delta_update(pool, q, k, v, g, beta, cu_seqlens, idx, *, scale: float, nacc=None,
                         pad: int = -1, l2norm: bool = False, state_dtype: str = "float32",
-                        out_dtype: str = "float32", buffer: np.ndarray | None = None, inter_idx=None,
+                        out_dtype: str = "float32", buffer=None, inter_idx=None,
                         cache_steps: int = 0) -> DeltaUpdate:
     """The step on `pool` (float64 ``[S, HV, V, K]``), tokens q, k ``[T, H, K]``, v ``[T, HV, V]``, g
     ``[T, HV]`` or ``[T, HV, K]``, beta ``[T, HV]`` or ``[T, HV, V]`` (float64); `idx` ``[N][C]``;
-    `buffer` the per-step buffer's values ``[R, steps, HV, V, K]`` (None: none).  Vectorised over
+    `buffer` the per-step buffer's values ``[R, steps, HV, V, K]`` (None: none).  Arrays are numpy or
+    torch tensors on one device, the result's of the same kind (``care`` numpy).  Vectorised over
     sequences, heads and elements; one pass per token position."""
+    xp = _xp.of(pool)
     slots, hv_count, vdim, kdim = pool.shape
     heads = q.shape[1]
     if heads == 0 or hv_count % heads:
@@ -174,62 +178,66 @@ def expect_delta_update(pool: np.ndarray, q, k, v, g, beta, cu_seqlens, idx, *, 
     lens = np.diff(cu)
     buffer_rows = 0 if buffer is None else buffer.shape[0]
     plan = plan_delta_update(slots, lens, idx, nacc=nacc, pad=pad, inter_idx=inter_idx, inter_rows=buffer_rows)
-    head_of = np.arange(hv_count) // (hv_count // heads)
+    head_of = xp.index(np.arange(hv_count) // (hv_count // heads))
     kda, beta_v = g.ndim == 3, beta.ndim == 3
-    state = np.where(plan.live[:, None, None, None], pool[np.where(plan.live, plan.src, 0)], 0.0)
-    mag = np.abs(state).astype(np.float32)  # a bound's scale: float32 is plenty, and half the traffic
-    new_pool = pool.copy()
-    pool_bound = np.zeros(pool.shape, dtype=np.float32)  # calloc: pages only where a slot is stored
-    out, out_mag = np.zeros((len(q), hv_count, vdim)), np.zeros((len(q), hv_count, vdim), dtype=np.float32)
+    state = xp.where(plan.live[:, None, None, None], pool[xp.index(np.where(plan.live, plan.src, 0))], 0.0)
+    mag = xp.f32(abs(state))  # a bound's scale: float32 is plenty, and half the traffic
+    new_pool = xp.copy(pool)
+    pool_bound = xp.zeros(pool.shape, f32=True)  # calloc: pages only where a slot is stored
+    out, out_mag = xp.zeros((len(q), hv_count, vdim)), xp.zeros((len(q), hv_count, vdim), f32=True)
     care = np.zeros(len(q), dtype=bool)
-    new_buf = None if buffer is None else buffer.copy()
-    buf_bound = None if buffer is None else np.zeros(buffer.shape, dtype=np.float32)
+    new_buf = None if buffer is None else xp.copy(buffer)
+    buf_bound = None if buffer is None else xp.zeros(buffer.shape, f32=True)
     depth = 2 * kdim + 16
 
     def store(target, bound, where, seqs, t):
         whole = np.array_equal(seqs, np.arange(len(lens)))  # every sequence, in order: no gather
-        values, scale = (state, mag) if whole else (state[seqs], mag[seqs])
+        at = xp.index(seqs)
+        values, scale = (state, mag) if whole else (state[at], mag[at])
+        where = tuple(xp.index(w) if isinstance(w, np.ndarray) else w for w in where)
         target[where] = values
         bound[where] = delta_tolerance(state_dtype, scale, values, depth * (t + 1))
 
     def dot(a, b):  # [A, HV, V, K] . [A, HV, K] -> [A, HV, V], batched BLAS
-        return np.matmul(a, b[..., None])[..., 0]
+        return (a @ b[..., None])[..., 0]
 
     for t in range(int(lens.max(initial=0))):
         act = np.flatnonzero(plan.live & (t < lens))
         whole = act.size == len(lens)  # every sequence: work in place, no gather
-        tok = cu[act] + t
-        qt = _normed(q[tok][:, head_of], l2norm) * scale          # [A, HV, K]
-        kt = _normed(k[tok][:, head_of], l2norm)
-        kabs = np.abs(kt)
-        decay = np.exp(g[tok])[:, :, None, :] if kda else np.exp(g[tok])[:, :, None, None]
+        tok = xp.index(cu[act] + t)
+        at = xp.index(act)
+        qt = _normed(xp, q[tok][:, head_of], l2norm) * scale          # [A, HV, K]
+        kt = _normed(xp, k[tok][:, head_of], l2norm)
+        kabs = abs(kt)
+        decay = xp.exp(g[tok])[:, :, None, :] if kda else xp.exp(g[tok])[:, :, None, None]
         bt = beta[tok] if beta_v else beta[tok][:, :, None]       # [A, HV, V or 1]
-        s = state if whole else state[act]
-        m = mag if whole else mag[act]
+        s = state if whole else state[at]
+        m = mag if whole else mag[at]
         s *= decay
-        m *= decay.astype(np.float32)
-        kabs = kabs.astype(np.float32)
+        m *= xp.f32(decay)
+        kabs = xp.f32(kabs)
         u = bt * (v[tok] - dot(s, kt))
-        mu = (np.abs(bt) * np.abs(v[tok])).astype(np.float32) + np.abs(bt).astype(np.float32) * dot(m, kabs)
+        mu = xp.f32(abs(bt) * abs(v[tok])) + xp.f32(abs(bt)) * dot(m, kabs)
         s += u[..., None] * kt[:, :, None, :]
         m += mu[..., None] * kabs[:, :, None, :]
         if not whole:
-            state[act], mag[act] = s, m
+            state[at], mag[at] = s, m
         out[tok] = dot(s, qt)
-        out_mag[tok] = dot(m, np.abs(qt).astype(np.float32))
-        care[tok] = True
+        out_mag[tok] = dot(m, xp.f32(abs(qt)))
+        care[cu[act] + t] = True
         if plan.spec:
             seqs = np.flatnonzero(plan.write_mask[:, t])
-            store(new_pool, pool_bound, plan.write_slot[seqs, t], seqs, t)
+            store(new_pool, pool_bound, (plan.write_slot[seqs, t],), seqs, t)
         if new_buf is not None and t < cache_steps:
             seqs = act[plan.inter[act] >= 0]
             store(new_buf, buf_bound, (plan.inter[seqs], t), seqs, t)
     if not plan.spec:
         seqs = np.flatnonzero(plan.write_mask[:, 0])
-        store(new_pool, pool_bound, plan.write_slot[seqs, 0], seqs, max(int(lens.max(initial=1)) - 1, 0))
+        store(new_pool, pool_bound, (plan.write_slot[seqs, 0],), seqs, max(int(lens.max(initial=1)) - 1, 0))
     tokens = np.arange(len(q))
     token_depth = tokens - cu[np.searchsorted(cu, tokens, side="right") - 1] + 1  # 1-based place in its sequence
     out_bound = delta_tolerance(out_dtype, out_mag, out, 1)
-    out_bound += 1.5 * EPS_ACC * out_mag * (depth * token_depth + kdim + 4)[:, None, None]
+    steps = xp.f32(xp.array(1.5 * EPS_ACC * (depth * token_depth + kdim + 4)))
+    out_bound += out_mag * steps[:, None, None]
     stored = sorted(set(plan.write_slot[plan.write_mask].tolist()))
     return DeltaUpdate(new_pool, pool_bound, stored, out, out_bound, care, new_buf, buf_bound)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _xp
 from .conv_update import IllPosedUpdate
 from .errors import OracleError
 
@@ -118,70 +119,71 @@ def plan_ssm_update(slots: int, lens, src, dst=None, nacc=None, pad: int = -1) -
     return Plan(np.where(live, read, -1), live, store, np.where(store, dst, -1))
 
 
-def _softplus(v: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, v)
-
-
 def expect_ssm_update(pool, x, dt, A, B, C, lens, src, *, D=None, z=None, dt_bias=None, softplus=False,
                       dst=None, nacc=None, pad: int = -1, dtype: str = "float32",
                       io_dtype: str = "float32") -> SsmUpdate:
     """The step on `pool` (float64 [S, H, D, N]); x, dt, z [B, T, H, D] and B, C [B, T, G, N] padded to the
-    longest row's T; A [H, D, N]; D, dt_bias [H, D]; `src`, `dst` [B][C]; all values float64."""
+    longest row's T; A [H, D, N]; D, dt_bias [H, D]; `src`, `dst` [B][C]; all values float64, numpy
+    arrays or torch tensors on one device (the result's arrays are of that kind; ``out_care`` and
+    ``stored`` numpy)."""
+    xp = _xp.of(pool)
     slots, heads, dim, dstate = pool.shape
     rows, tmax = x.shape[:2]
     plan = plan_ssm_update(slots, lens, src, dst, nacc, pad)
     lens = np.asarray(lens, dtype=np.int64)
-    group = np.arange(heads) // (heads // B.shape[2])
-    st = np.where(plan.live[:, None, None, None], pool[np.maximum(plan.read, 0)], 0.0)   # [B, H, D, N]
-    err = np.zeros_like(st)
-    new_pool = pool.copy()
-    pool_tol = np.zeros_like(pool)
-    out = np.zeros(x.shape)
-    out_tol = np.zeros(x.shape)
+    group = xp.index(np.arange(heads) // (heads // B.shape[2]))
+    st = xp.where(plan.live[:, None, None, None], pool[xp.index(np.maximum(plan.read, 0))], 0.0)  # [B, H, D, N]
+    err = xp.zeros(st.shape)
+    new_pool = xp.copy(pool)
+    pool_tol = xp.zeros(pool.shape)
+    out = xp.zeros(x.shape)
+    out_tol = xp.zeros(x.shape)
     bias = 0.0 if dt_bias is None else dt_bias[None]
     eps_state, eps_io = EPS[dtype], EPS[io_dtype]
+
+    def store(rows_at, t):
+        at, slot = xp.index(rows_at), xp.index(plan.target[rows_at, t])
+        new_pool[slot] = st[at]
+        pool_tol[slot] = err[at] + eps_state * abs(st[at]) + 1e-6
+
     for t in range(tmax):
         active = plan.live & (lens > t)
         if not active.any():
             break
         on = active[:, None, None, None]
         d = dt[:, t] + bias
-        d = _softplus(d) if softplus else d                              # [B, H, D]
+        d = xp.softplus(d) if softplus else d                            # [B, H, D]
         arg = A[None] * d[..., None]                                     # [B, H, D, N]
-        decay = np.exp(arg)
+        decay = xp.exp(arg)
         inc = (d * x[:, t])[..., None] * B[:, t][:, group][:, :, None, :]
-        np.abs(arg, out=arg)
+        xp.abs_(arg)
         arg += 1.0
         arg *= decay
-        arg *= np.abs(st)
-        arg += np.abs(inc)
+        arg *= abs(st)
+        arg += abs(inc)
         arg *= K * EPS32                                                 # this token's rounding
         new = st * decay
         new += inc
         decay *= err
         decay += arg                                                     # the error carried and added
-        st = new if active.all() else np.where(on, new, st)
-        err = decay if active.all() else np.where(on, decay, err)
+        st = new if active.all() else xp.where(on, new, st)
+        err = decay if active.all() else xp.where(on, decay, err)
         c = C[:, t][:, group][:, :, None, :]                             # [B, H, 1, N]
         skip = 0.0 if D is None else D[None] * x[:, t]
         y = (st * c).sum(-1) + skip
-        y_err = (err * np.abs(c)).sum(-1) + K * EPS32 * ((np.abs(st) * np.abs(c)).sum(-1) + np.abs(skip))
+        y_err = (err * abs(c)).sum(-1) + K * EPS32 * ((abs(st) * abs(c)).sum(-1) + abs(skip))
         if z is None:
             o, o_err = y, y_err
         else:
-            gate = z[:, t] / (1.0 + np.exp(-z[:, t]))
+            gate = z[:, t] / (1.0 + xp.exp(-z[:, t]))
             o = y * gate
-            o_err = (y_err + K * EPS32 * np.abs(y)) * np.abs(gate)
+            o_err = (y_err + K * EPS32 * abs(y)) * abs(gate)
         out[:, t] = o
-        out_tol[:, t] = o_err + eps_io * np.abs(o) + 1e-6
+        out_tol[:, t] = o_err + eps_io * abs(o) + 1e-6
         if nacc is not None and t < plan.store.shape[1]:
-            rows_t = np.flatnonzero(plan.store[:, t])
-            new_pool[plan.target[rows_t, t]] = st[rows_t]
-            pool_tol[plan.target[rows_t, t]] = err[rows_t] + eps_state * np.abs(st[rows_t]) + 1e-6
+            store(np.flatnonzero(plan.store[:, t]), t)
     if nacc is None:
-        rows_0 = np.flatnonzero(plan.store[:, 0])
-        new_pool[plan.target[rows_0, 0]] = st[rows_0]
-        pool_tol[plan.target[rows_0, 0]] = err[rows_0] + eps_state * np.abs(st[rows_0]) + 1e-6
+        store(np.flatnonzero(plan.store[:, 0]), 0)
     care = plan.live[:, None] & (np.arange(tmax)[None, :] < lens[:, None])
     stored = np.zeros(slots, dtype=bool)
     stored[plan.target[plan.store]] = True

@@ -10,6 +10,7 @@ import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
+from mambafuzz.contracts.base import host_array
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.kernels import registry
 from mambafuzz.strategies import for_contract
@@ -35,7 +36,7 @@ def test_device_and_host_comparisons_agree(contract, data):
     assert m.compare() is None and m._same_on_device()
 
     for out in m.outputs:  # one element wrong, where the output is compared
-        care = np.ones(out.expected.size, bool) if out.care is None else out.care.reshape(-1)
+        care = np.ones(host_array(out.expected).size, bool) if out.care is None else host_array(out.care).reshape(-1)
         if not care.any():
             continue
         i = int(data.draw(st.sampled_from(np.flatnonzero(care).tolist())))
