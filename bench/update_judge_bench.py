@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -122,8 +123,8 @@ def main() -> int:
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     switch = host_arm()
     kind = "triton" if args.device == "cuda" else "torch"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = os.environ.get("MF_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                                           capture_output=True, text=True, cwd=ROOT).stdout.strip()
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"update judge: oracle on the device vs on the host ({name}, torch {torch.__version__}, "
           f"python {platform.python_version()}, commit {commit}, {args.reps} reps)")

@@ -25,8 +25,8 @@ from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
 from .base import Argument, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import (UPDATE_CLI_OPTIONS, as_stored, finite_values, from_float64, min_accepted_option,
-                      as_tensors, oracle_input, pad_option, rows_dropped, stored_tensor, tiled, to_float64)
+from .updates import (UPDATE_CLI_OPTIONS, as_stored, from_float64, min_accepted_option,
+                      as_tensors, oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64)
 
 
 class DeltaUpdate(Contract):
@@ -90,22 +90,16 @@ class DeltaUpdate(Contract):
             raise oracle.OracleError(f"the pool and buffer take {elems} bytes, more than 1 GiB")
         return Image()
 
-    def _read_slots(self, case: DeltaUpdateCase) -> list[int]:
-        """The slots the sequences read: idx at column max(nacc - 1, 0) (or 0), where that is a slot."""
-        cols = [max(a - 1, 0) for a in case.nacc] if case.nacc is not None else [0] * len(case.idx)
-        return [row[c] for row, c in zip(case.idx, cols) if c < len(row) and row[c] != case.pad
-                and 0 <= row[c] < case.slots]
-
     def _values(self, case: DeltaUpdateCase, device: str):
-        """Stored elements from the seed: the pool and buffer (tensors on `device`, each in its layout:
-        read slots of their own, the rest tiled), q, k, v, g, beta (numpy)."""
+        """Stored elements from the seed: the pool and buffer (tensors on `device`, each in its layout,
+        ``slot_values``), q, k, v, g, beta (numpy)."""
         rng = np.random.default_rng((case.seed, 13))
         hv, kd, vd = case.value_heads, case.key_dim, case.value_dim
         inner = (hv, vd, kd) if case.layout == "vk" else (hv, kd, vd)
-        draw = lambda n: finite_values(rng, n, case.dtype)
-        pool = tiled(case.slots, inner, self._read_slots(case), draw, case.dtype, device)
+        draw = lambda n: rng.standard_normal(n, dtype=np.float32)
+        pool = slot_values(case.slots, inner, draw, case.dtype, device)
         steps = (case.inter_rows, case.cache_steps)
-        buf = tiled(int(np.prod(steps)), inner, (), draw, case.dtype, device).reshape(steps + inner)
+        buf = slot_values(int(np.prod(steps)), inner, draw, case.dtype, device).reshape(steps + inner)
         total = sum(case.lens)
 
         def act(values):

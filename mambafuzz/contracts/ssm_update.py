@@ -34,7 +34,7 @@ from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 from .base import Argument, Contract, Image, Output, Prepared, host_array
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
 from .updates import (UPDATE_CLI_OPTIONS, RAW, as_stored, finite_values, from_float64, min_accepted_option,
-                      as_tensors, oracle_input, pad_option, rows_dropped, stored_tensor, tiled, to_float64)
+                      as_tensors, oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64)
 
 
 class SsmUpdate(Contract):
@@ -140,26 +140,17 @@ class SsmUpdate(Contract):
         for start in starts:
             snapshot[start:start + case.slot_bytes] = self._exact_state(rng, n, case.dtype).view(np.uint8)
 
-    def _read_slots(self, case: SsmUpdateCase) -> list[int]:
-        """The slots the rows read: src at column max(nacc - 1, 0), where that is a slot."""
-        cols = [max(a - 1, 0) for a in case.nacc] if case.nacc is not None else [0] * len(case.src)
-        return [row[c] for row, c in zip(case.src, cols) if c < len(row) and row[c] != case.pad
-                and 0 <= row[c] < case.slots]
-
     def _pool(self, case: SsmUpdateCase, snapshot: np.ndarray, plan, device: str):
         """The pool the step starts from, stored elements on `device`: exact, the held slots [U, H, D, N]
-        from the arena; else the whole pool [S, H, D, N], its read slots' values drawn from the seed."""
+        from the arena; else the whole pool [S, H, D, N] from the seed (``slot_values``)."""
         used, starts = plan
         inner = (case.heads, case.dim, case.dstate)
         if case.exact:
             raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
             return stored_tensor(raw.reshape((len(used),) + inner), case.dtype, device)
         rng = np.random.default_rng((case.seed, 7))
-
-        def draw(n):  # uniform in [-2, 2): distinct, unit-sized, 3x faster to draw than normals
-            values = rng.random(n, dtype=np.float32) * np.float32(4) - np.float32(2)
-            return from_float64(values, case.dtype) if case.dtype == "bfloat16" else values.astype(RAW[case.dtype])
-        return tiled(case.slots, inner, self._read_slots(case), draw, case.dtype, device)
+        draw = lambda n: rng.random(n, dtype=np.float32) * np.float32(4) - np.float32(2)  # uniform in [-2, 2)
+        return slot_values(case.slots, inner, draw, case.dtype, device)
 
     def _inputs(self, case: SsmUpdateCase) -> dict[str, np.ndarray | None]:
         """Stored input elements from the seed: io dtype [T, ...] for x, dt, z, B, C; float32 A, D, dt_bias."""

@@ -1,5 +1,5 @@
 """What every update contract of SPEC 2.7 shares: stored floats to float64 and back, distinct finite
-values to fill slots with, pools whose read slots have values of their own (``tiled``), tensors on the
+values to fill slots with, pools of distinct values at the cost of one slot (``slot_values``), tensors on the
 case's device for the kernel and the oracle, the pad and min-accepted options, and the one-row-fewer
 shrink step."""
 from __future__ import annotations
@@ -85,20 +85,17 @@ def as_stored(values, dtype: str):
     return t.view(torch.int16) if dtype == "bfloat16" else t
 
 
-def tiled(slots: int, inner: tuple[int, ...], own, draw, dtype: str, device):
-    """A pool ``[slots, *inner]`` of `dtype` on `device`: each slot in `own` (the slots a correct step
-    reads) holds values of its own, every other slot one more tile of them.  A wrong slot, column or
-    head still reads values unlike the right ones, and drawing costs the rows, not the pool.  `draw(n)`
-    gives n stored elements."""
+def slot_values(slots: int, inner: tuple[int, ...], draw, dtype: str, device):
+    """A pool ``[slots, *inner]`` of `dtype` on `device`: one drawn tile plus a drawn offset per slot
+    (``draw(n)``: n float32 values of unit size).  Every slot, head and element differs from every
+    other, so a wrong one is an error of the values' own size, and drawing costs one slot, not the
+    pool: a 256-row batch's pool is made on the GPU in microseconds.  The float32 sum and the cast
+    round the same on every device."""
     import torch
 
-    size = int(np.prod(inner))
-    pool = stored_tensor(draw(size), dtype, device).reshape(inner).expand((slots,) + tuple(inner)).clone()
-    own = sorted(set(own))
-    if own:
-        values = stored_tensor(draw(size * len(own)), dtype, device).reshape((len(own),) + tuple(inner))
-        pool[torch.as_tensor(own, dtype=torch.int64, device=device)] = values
-    return pool
+    tile = torch.from_numpy(draw(int(np.prod(inner)))).to(device).reshape(inner)
+    offsets = torch.from_numpy(draw(slots)).to(device).reshape((slots,) + (1,) * len(inner))
+    return (tile + offsets).to(getattr(torch, dtype))
 
 
 def pad_option(contract: str, value) -> int:

@@ -99,3 +99,24 @@ def test_delta_update_tensors_and_arrays_agree(rows, tokens, spec, kda, beta_v, 
     got = expect_delta_update(*map(_t, (pool, q, k, v, g, beta)), cu, idx, **kw, **inter)
     _same(want, got)
     assert got.pool.device.type == device and want.stored and want.care.any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_pools_values_are_distinct_and_the_same_on_every_device(dtype, device):
+    """``slot_values``: a tile plus an offset per slot; every pair of slots (and of heads) differs almost
+    everywhere, and the GPU makes the host's bits (a crash file replays the same pool on either)."""
+    from mambafuzz.contracts.updates import slot_values
+
+    def make(dev):
+        rng = np.random.default_rng(3)
+        return slot_values(6, (2, 3, 4), lambda n: rng.standard_normal(n, dtype=np.float32), dtype, dev).cpu()
+
+    pool = make(device)
+    bits = torch.int16 if dtype != "float32" else torch.int32
+    assert torch.equal(pool.view(bits), make("cpu").view(bits))
+    flat = pool.double().reshape(6, -1).numpy()
+    same = flat[:, None, :] == flat[None, :, :]
+    assert (same.mean(-1)[~np.eye(6, dtype=bool)] < 0.1).all()
+    heads = pool.double().reshape(6, 2, -1).numpy()
+    assert ((heads[:, 0] == heads[:, 1]).mean(-1) < 0.1).all()
