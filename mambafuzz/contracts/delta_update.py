@@ -25,8 +25,8 @@ from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
 from .base import Argument, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import (UPDATE_CLI_OPTIONS, as_stored, from_float64, min_accepted_option,
-                      as_tensors, oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64)
+from .updates import (UPDATE_CLI_OPTIONS, as_stored, as_tensors, from_float64, min_accepted_option,
+                      oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64)
 
 
 class DeltaUpdate(Contract):

@@ -33,8 +33,9 @@ from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 
 from .base import Argument, Contract, Image, Output, Prepared, host_array
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (UPDATE_CLI_OPTIONS, RAW, as_stored, finite_values, from_float64, min_accepted_option,
-                      as_tensors, oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64)
+from .updates import (RAW, UPDATE_CLI_OPTIONS, as_stored, as_tensors, finite_values, from_float64,
+                      min_accepted_option, oracle_input, pad_option, rows_dropped, slot_values, stored_tensor,
+                      to_float64)
 
 
 class SsmUpdate(Contract):

@@ -8,12 +8,12 @@ oracles plan (which row reads and stores which slot) stays numpy: small arrays, 
 """
 from __future__ import annotations
 
+from operator import methodcaller
+
 import numpy as np
 
 
 class _Numpy:
-    name = "numpy"
-
     def index(self, values):
         return np.asarray(values)
 
@@ -23,14 +23,7 @@ class _Numpy:
     def zeros(self, shape, f32: bool = False):
         return np.zeros(shape, dtype=np.float32 if f32 else np.float64)
 
-    @staticmethod
-    def copy(a):
-        return a.copy()
-
-    @staticmethod
-    def f32(a):
-        return a.astype(np.float32)
-
+    copy, f32 = staticmethod(methodcaller("copy")), staticmethod(methodcaller("astype", np.float32))
     exp, sqrt, where = staticmethod(np.exp), staticmethod(np.sqrt), staticmethod(np.where)
 
     @staticmethod
@@ -45,15 +38,11 @@ class _Numpy:
     def sum(a, axis, keepdims=False):
         return a.sum(axis, keepdims=keepdims)
 
-    @staticmethod
-    def host(a):
-        return a
-
 
 class _Tensors:
     """torch tensors on `like`'s device: every new array made there, with `like`'s methods."""
 
-    name = "torch"
+    copy, f32, exp, sqrt, abs_ = (staticmethod(methodcaller(m)) for m in ("clone", "float", "exp", "sqrt", "abs_"))
 
     def __init__(self, like):
         self.like = like
@@ -73,29 +62,9 @@ class _Tensors:
     def zeros(self, shape, f32: bool = False):
         return self.like.new_zeros(tuple(shape), dtype=self._f32 if f32 else self._f64)
 
-    @staticmethod
-    def copy(a):
-        return a.clone()
-
-    @staticmethod
-    def f32(a):
-        return a.float()
-
-    @staticmethod
-    def exp(a):
-        return a.exp()
-
-    @staticmethod
-    def sqrt(a):
-        return a.sqrt()
-
     def where(self, cond, a, b):
         cond = cond if not isinstance(cond, np.ndarray) else self.index(cond)
         return a.where(cond, b)
-
-    @staticmethod
-    def abs_(a):
-        return a.abs_()
 
     @staticmethod
     def softplus(v):
@@ -104,10 +73,6 @@ class _Tensors:
     @staticmethod
     def sum(a, axis, keepdims=False):
         return a.sum(axis, keepdim=keepdims)
-
-    @staticmethod
-    def host(a):
-        return a.detach().cpu().numpy()
 
 
 NUMPY = _Numpy()
