@@ -29,8 +29,14 @@ from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, pla
 
 from .base import Argument, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (UPDATE_CLI_OPTIONS, RAW, finite_values, from_float64, min_accepted_option, pad_option,
-                      rows_dropped, to_float64)
+from .updates import (RAW, UPDATE_CLI_OPTIONS, finite_values, from_float64, min_accepted_option, pad_option,
+                      rows_dropped, to_float64, unchanged_inputs)
+
+
+# the inputs a step must leave exactly as they were
+UNCHANGED = ("x", "weight", "bias", "conv_state_indices", "num_accepted_tokens", "query_start_loc",
+             "initial_state_idx", "last_state_idx")
+
 
 class ConvUpdate(Contract):
     name = "conv_update"
@@ -194,7 +200,8 @@ class ConvUpdate(Contract):
                 "initial_state_idx": ints(case.init), "last_state_idx": ints(case.last), "out": out}
         kwargs = {"activation": "silu" if case.silu else None, "pad_slot_id": case.pad,
                   "max_query_len": max(case.lens, default=0)}
-        return Prepared(args, kwargs, expected, outputs=(self._out(case, got, x),) + self._unchanged(args))
+        outputs = (self._out(case, got, x),) + unchanged_inputs(args, UNCHANGED)
+        return Prepared(args, kwargs, expected, outputs=outputs)
 
     def _out(self, case: ConvUpdateCase, got, x) -> Output:
         """`out` shaped as x: each live row's values and bound; skipped rows are don't-care."""
@@ -218,21 +225,6 @@ class ConvUpdate(Contract):
     @staticmethod
     def _out_where(case: ConvUpdateCase) -> str:
         return "flat element {i} of out" + (" [T, dim]" if case.varlen else " [B, dim, L]")
-
-    @staticmethod
-    def _unchanged(args) -> tuple[Output, ...]:
-        """Every input must stay as it was, exactly."""
-        import torch
-
-        out = []
-        for name in ("x", "weight", "bias", "conv_state_indices", "num_accepted_tokens", "query_start_loc",
-                     "initial_state_idx", "last_state_idx"):
-            t = args[name]
-            if isinstance(t, torch.Tensor):
-                keep = t.detach().cpu()
-                keep = keep.view(torch.int16) if keep.dtype == torch.bfloat16 else keep
-                out.append(Output(name, keep.numpy().copy(), what=f"{name} (an input) element {{i}}"))
-        return tuple(out)
 
     def locate(self, case: ConvUpdateCase, offset: int) -> str:
         slot, within = divmod(offset - case.offset, case.slot_stride)

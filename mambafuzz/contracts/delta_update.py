@@ -26,7 +26,14 @@ from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 from .base import Argument, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
 from .updates import (UPDATE_CLI_OPTIONS, as_stored, as_tensors, from_float64, min_accepted_option,
-                      oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64)
+                      oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64,
+                      unchanged_inputs)
+
+
+
+# the inputs a step must leave exactly as they were
+UNCHANGED = ("q", "k", "v", "g", "beta", "cu_seqlens", "ssm_state_indices", "num_accepted_tokens",
+             "intermediate_state_indices")
 
 
 class DeltaUpdate(Contract):
@@ -156,7 +163,8 @@ class DeltaUpdate(Contract):
         care = np.broadcast_to(got.care[:, None, None], tuple(got.out.shape)).copy()
         outputs.append(Output("out", got.out, atol=got.out_bound, care=care,
                               what="flat element {i} of out [T, HV, V]"))
-        return Prepared(args, kwargs, snapshot.copy(), outputs=tuple(outputs) + self._unchanged(args))
+        outputs = tuple(outputs) + unchanged_inputs(args, UNCHANGED)
+        return Prepared(args, kwargs, snapshot.copy(), outputs=outputs)
 
     def _state_output(self, case: DeltaUpdateCase, name: str, values, bound) -> Output:
         """A pool or buffer in its layout: within `bound` where written; where nothing is, exactly (as
@@ -169,21 +177,6 @@ class DeltaUpdate(Contract):
         if not bool(bound.any()):
             return Output(name, as_stored(values, case.dtype), what=what)
         return Output(name, values, atol=bound, what=what)
-
-    @staticmethod
-    def _unchanged(args) -> tuple[Output, ...]:
-        """Every input must stay as it was, exactly."""
-        import torch
-
-        out = []
-        for name in ("q", "k", "v", "g", "beta", "cu_seqlens", "ssm_state_indices", "num_accepted_tokens",
-                     "intermediate_state_indices"):
-            t = args[name]
-            if isinstance(t, torch.Tensor):
-                keep = t.detach().cpu()
-                keep = keep.view(torch.int16) if keep.dtype == torch.bfloat16 else keep
-                out.append(Output(name, keep.numpy().copy(), what=f"{name} (an input) element {{i}}"))
-        return tuple(out)
 
     def locate(self, case: DeltaUpdateCase, offset: int) -> str:
         return f"byte {offset} of the token arena (the pool and buffer are tensors of their own)"

@@ -35,7 +35,13 @@ from .base import Argument, Contract, Image, Output, Prepared, host_array
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
 from .updates import (RAW, UPDATE_CLI_OPTIONS, as_stored, as_tensors, finite_values, from_float64,
                       min_accepted_option, oracle_input, pad_option, rows_dropped, slot_values, stored_tensor,
-                      to_float64)
+                      to_float64, unchanged_inputs)
+
+
+
+# the inputs a step must leave exactly as they were
+UNCHANGED = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_batch_indices", "dst_state_batch_indices",
+             "num_accepted_tokens", "cu_seqlens")
 
 
 class SsmUpdate(Contract):
@@ -241,10 +247,11 @@ class SsmUpdate(Contract):
             state = flat.as_strided(shape, strides)
         else:  # a pool of its own: within the bound where a row stores, exactly (as stored) elsewhere
             state = pool
+            what = "flat element {i} of state [S, H, D, N]"
             if bool(got.pool_tol.any()):
-                outputs.append(Output("state", got.pool, atol=got.pool_tol, what="flat element {i} of state [S, H, D, N]"))
+                outputs.append(Output("state", got.pool, atol=got.pool_tol, what=what))
             else:
-                outputs.append(Output("state", as_stored(got.pool, case.dtype), what="flat element {i} of state [S, H, D, N]"))
+                outputs.append(Output("state", as_stored(got.pool, case.dtype), what=what))
 
         rows = len(case.lens)
         def tokens(raw, dtype_name):
@@ -269,7 +276,8 @@ class SsmUpdate(Contract):
                 "out": out}
         kwargs = {"dt_softplus": case.softplus, "pad_slot_id": case.pad}
         outputs.insert(0, self._out(case, got, cuts))
-        return Prepared(args, kwargs, expected, outputs=tuple(outputs) + self._unchanged(args))
+        outputs = tuple(outputs) + unchanged_inputs(args, UNCHANGED)
+        return Prepared(args, kwargs, expected, outputs=outputs)
 
     def _index(self, case: SsmUpdateCase, table, device):
         """An int32 [B, C] view with the case's column and row strides over a pad-filled buffer."""
@@ -294,21 +302,6 @@ class SsmUpdate(Contract):
         care = np.broadcast_to(got.out_care[b, t][:, None, None], tuple(want.shape)).copy()
         what = "flat element {i} of out" + (" [T, H, D]" if case.varlen else " [B, H, D]")
         return Output("out", want, atol=bound, what=what, care=care)
-
-    @staticmethod
-    def _unchanged(args) -> tuple[Output, ...]:
-        """Every input must stay as it was, exactly."""
-        import torch
-
-        out = []
-        for name in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_batch_indices",
-                     "dst_state_batch_indices", "num_accepted_tokens", "cu_seqlens"):
-            t = args[name]
-            if isinstance(t, torch.Tensor):
-                keep = t.detach().cpu()
-                keep = keep.view(torch.int16) if keep.dtype == torch.bfloat16 else keep
-                out.append(Output(name, keep.numpy().copy(), what=f"{name} (an input) element {{i}}"))
-        return tuple(out)
 
     def locate(self, case: SsmUpdateCase, offset: int) -> str:
         slot, within = divmod(offset - case.offset, case.slot_stride)

@@ -10,7 +10,7 @@ import numpy as np
 
 from mambafuzz.errors import UsageError
 
-from .base import CliOption
+from .base import CliOption, Output
 
 # every update contract's CLI options: the engine's pad value and whether nacc can be 0 (SPEC 2.7)
 UPDATE_CLI_OPTIONS = (
@@ -96,6 +96,21 @@ def slot_values(slots: int, inner: tuple[int, ...], draw, dtype: str, device):
     tile = torch.from_numpy(draw(int(np.prod(inner)))).to(device).reshape(inner)
     offsets = torch.from_numpy(draw(slots)).to(device).reshape((slots,) + (1,) * len(inner))
     return (tile + offsets).to(getattr(torch, dtype))
+
+
+def unchanged_inputs(args: dict, names: tuple[str, ...]) -> tuple[Output, ...]:
+    """Every input among `names` must stay as it was, exactly: its value now, kept on its device
+    (a bfloat16 one as its bits, as an exact ``Output`` compares it)."""
+    import torch
+
+    out = []
+    for name in names:
+        t = args[name]
+        if isinstance(t, torch.Tensor):
+            keep = t.detach().clone()
+            keep = keep.view(torch.int16) if keep.dtype == torch.bfloat16 else keep
+            out.append(Output(name, keep, what=f"{name} (an input) element {{i}}"))
+    return tuple(out)
 
 
 def pad_option(contract: str, value) -> int:
