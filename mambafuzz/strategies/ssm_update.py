@@ -25,7 +25,7 @@ MAX_SPARSE = 7 << 30
 def _limits(profile: Profile) -> dict:
     if profile.max_rows <= 16:  # the CPU profile: every program is interpreted
         return {"rows": 4, "heads": 4, "dim": (4, 16), "dstate": (4, 16), "slots": 12, "cols": 4, "huge_one_in": 3}
-    return {"rows": 32, "heads": 8, "dim": (16, 64), "dstate": (16, 128), "slots": 200, "cols": 4, "huge_one_in": 4}
+    return {"rows": 32, "heads": 8, "dim": (16, 64), "dstate": (16, 128), "slots": 200, "cols": 4, "huge_one_in": 2}
 
 
 @st.composite
