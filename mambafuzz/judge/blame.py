@@ -85,7 +85,7 @@ class Blame:
 
 # Constructs an interpreter cannot run: (exception type name, message part, source part, what to
 # call it, first Triton release whose interpreter runs it, None for none).  mambafuzz mends the
-# loaded loop bound on 3.5/3.6 (racecheck.hooks.interpreter_adapters); the entry stays for a
+# loaded loop bound on 3.5/3.6 (mambafuzz.interp); the entry stays for a
 # bound it does not mend (not an integer) and for a kernel run outside its adapters.
 KNOWN_LIMITS = (
     ("TypeError", "0-dimensional arrays", "range(",

@@ -204,8 +204,8 @@ def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None,
               interpreted: bool = False) -> list[Any]:
     if recorder is None:
         if interpreted:  # unrecorded CPU repetitions: the recorder's interpreter adapters alone
-            from mambafuzz.racecheck.hooks import interpreter_adapters
-            with interpreter_adapters():
+            from mambafuzz.interp import adapters
+            with adapters():
                 m.run(fn, amplifiable)
         else:
             m.run(fn, amplifiable)

@@ -10,9 +10,9 @@ methods (``create_load``/``create_store`` call the masked variants through
 ``self``, so every access passes a hook), and ``GridExecutor.__call__`` is
 wrapped to see each launch's arguments.  :meth:`InterpreterHooks.remove`
 puts back exactly what was there, instance attributes included.  The hooks
-also enter :func:`interpreter_adapters` (the engine enters it alone for
-unrecorded CPU repetitions): 3.5 and 3.6 then run loops over bounds loaded
-from memory as 3.7+ does.
+also enter :func:`mambafuzz.interp.adapters` (the engine enters it alone for
+unrecorded CPU repetitions), which mends what the interpreter runs differently
+from compiled Triton.
 
 Sink methods, in the order the interpreter calls them::
 
@@ -38,18 +38,18 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from contextlib import contextmanager
 from typing import Optional
 
-import numpy as np
 import triton
 import triton.language as tl
 from triton.runtime import interpreter as _interp
 
+from mambafuzz.interp import adapters_enter, adapters_exit
+
 from .events import OP_ATOMIC, OP_LOAD, OP_STORE
 from .witness import source_line
 
-__all__ = ["InterpreterHooks", "interpreter_adapters"]
+__all__ = ["InterpreterHooks"]
 
 # the builder methods the hooks shadow
 PATCHED = ("create_masked_load", "create_masked_store", "create_atomic_rmw",
@@ -151,6 +151,7 @@ def mask_array(mask):
 # --------------------------------------------------------------------------
 _TRITON_DIR = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_MENDS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "interp") + os.sep
 _internal_code: dict = {}       # code object -> bool (inside triton / this package)
 _line_cache: dict = {}          # (code object, f_lasti) -> line string
 
@@ -159,13 +160,13 @@ def _is_internal(code) -> bool:
     internal = _internal_code.get(code)
     if internal is None:
         path = os.path.abspath(code.co_filename)
-        internal = path.startswith(_TRITON_DIR) or path.startswith(_PACKAGE_DIR)
+        internal = path.startswith((_TRITON_DIR, _PACKAGE_DIR, _MENDS_DIR))
         _internal_code[code] = internal
     return internal
 
 
 def issuing_line() -> str:
-    """'file.py:123: source' of the innermost frame outside triton and this package."""
+    """'file.py:123: source' of the innermost frame outside Triton, the recorder and the interpreter mends."""
     frame = sys._getframe(1)
     internal = _internal_code
     while frame is not None:
@@ -183,119 +184,6 @@ def issuing_line() -> str:
     if line is None:
         line = _line_cache[key] = source_line(frame.f_code.co_filename, frame.f_lineno)
     return line
-
-
-# --------------------------------------------------------------------------
-# adapter: scalars loaded from memory as loop bounds (Triton 3.5, 3.6)
-# --------------------------------------------------------------------------
-# The interpreter holds a scalar as a shape-(1,) array.  Its patch of the language, redone at
-# every launch (``_patch_lang``), makes ``tensor.__index__`` ``int(data)``, which numpy refuses
-# for 1-d arrays, so ``range(0, n, BLOCK)`` over a loaded ``n`` raises TypeError; 3.7+ squeezes
-# first.  3.5/3.6 also leave ``tl.condition`` without ``__bool__``, so ``while tl.condition(i <
-# n)`` never ends.  The adapter wraps ``_patch_lang`` and, after the interpreter's own patch, mends
-# what a probe finds broken, as 3.7+ does.  Where the interpreter returns its patch scope (3.6+)
-# the mends go into it, so its restore at the launch's end puts the originals back; 3.5 patches
-# for good and returns None, and the adapter's removal undoes its own mends.
-class _Scalar:
-    """Stands in for a tensor holding one loaded scalar."""
-
-    class handle:
-        data = np.zeros(1, dtype=np.int32)
-
-
-def _index_broken() -> bool:
-    index = getattr(tl.core.tensor, "__index__", None)
-    try:
-        return index is not None and index(_Scalar()) != 0
-    except TypeError:
-        return True
-
-
-def _condition_broken() -> bool:
-    condition = getattr(tl.core, "condition", None)
-    return condition is not None and bool(condition(False))
-
-
-def _mended_index(interpreters):
-    def __index__(self):
-        data = self.handle.data
-        if data.size == 1 and data.dtype.kind in "biu":   # a scalar: int() of a 1-d array fails
-            return int(data.reshape(()))
-        return interpreters(self)                           # anything else fails as it did
-    return __index__
-
-
-def _condition_bool(self):
-    return bool(self.condition)
-
-
-_mends = (
-    (lambda: tl.core.tensor, "__index__", _index_broken, _mended_index),
-    (lambda: tl.core.condition, "__bool__", _condition_broken, lambda _: _condition_bool),
-)
-_adapter_depth = 0          # interpreter_adapters() entered and not yet left
-_adapter_saved = None       # (the interpreter's _patch_lang, {(class, name): what 3.5's patch left})
-_MISSING = object()
-
-
-def _mend(scope, undo: dict) -> None:
-    for owner, name, broken, mended in _mends:
-        if not broken():
-            continue
-        cls = owner()
-        current = cls.__dict__.get(name, _MISSING)
-        value = mended(getattr(cls, name, None))
-        value.mambafuzz_mend = True
-        if scope is not None and callable(getattr(scope, "set_attr", None)):
-            scope.set_attr(cls, name, value)            # restored with the interpreter's own
-            continue
-        if not getattr(current, "mambafuzz_mend", False):
-            undo[(cls, name)] = current
-        setattr(cls, name, value)
-
-
-def _adapters_enter() -> None:
-    global _adapter_depth, _adapter_saved
-    if _adapter_depth == 0 and callable(getattr(_interp, "_patch_lang", None)):
-        original, undo = _interp._patch_lang, {}
-
-        def _patch_lang(*args, **kwargs):
-            scope = original(*args, **kwargs)
-            _mend(scope, undo)
-            return scope
-
-        _adapter_saved = (original, undo)
-        _interp._patch_lang = _patch_lang
-    _adapter_depth += 1
-
-
-def _adapters_exit() -> None:
-    global _adapter_depth, _adapter_saved
-    _adapter_depth -= 1
-    if _adapter_depth or _adapter_saved is None:
-        return
-    (original, undo), _adapter_saved = _adapter_saved, None
-    _interp._patch_lang = original
-    for (cls, name), value in undo.items():
-        if getattr(cls.__dict__.get(name), "mambafuzz_mend", False):
-            if value is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, value)
-
-
-@contextmanager
-def interpreter_adapters():
-    """While inside, kernels run in Triton's interpreter as 3.7+ runs them (see above).
-
-    Nests (the race recorder's hooks enter it too); leaving the outermost
-    puts back ``_patch_lang`` and what 3.5's patch had left.
-    """
-    _adapters_enter()
-    try:
-        yield
-    finally:
-        _adapters_exit()
 
 
 # --------------------------------------------------------------------------
@@ -400,7 +288,7 @@ class InterpreterHooks:
         for hook in patches:
             setattr(builder, hook.__name__, hook)
         executor.__call__ = grid_call
-        _adapters_enter()
+        adapters_enter()
         _installed = self
 
     def remove(self) -> None:
@@ -416,6 +304,6 @@ class InterpreterHooks:
                 setattr(builder, name, value)
             else:
                 builder.__dict__.pop(name, None)
-        _adapters_exit()
+        adapters_exit()
         if _installed is self:
             _installed = None

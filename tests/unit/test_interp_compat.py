@@ -1,4 +1,4 @@
-"""The interpreter adapters of mambafuzz.racecheck.hooks (loaded loop bounds on Triton 3.5/3.6).
+"""The interpreter adapters of mambafuzz.interp (loaded loop bounds on Triton 3.5/3.6).
 
 Triton 3.5 and 3.6 hold a loaded scalar as a shape-(1,) array, their
 ``tensor.__index__`` is ``int(data)`` (a TypeError for a 1-d array) and
@@ -32,7 +32,7 @@ from triton.runtime import interpreter as interp  # noqa: E402
 
 from mambafuzz.judge import blame  # noqa: E402
 from mambafuzz.racecheck import RaceRecorder  # noqa: E402
-from mambafuzz.racecheck.hooks import interpreter_adapters  # noqa: E402
+from mambafuzz.interp import adapters as interpreter_adapters  # noqa: E402
 
 
 @triton.jit
