@@ -13,7 +13,9 @@ named after the difference it removes:
   fp8 math, casts, dot and reductions; libdevice calls), each applied only
   where a probe finds the installed release computes differently;
 - ``rewrite.py``: the interpreter's source rewrite (``range`` loop variables
-  that take ``.to()``; ``and``/``or`` over tensors as compiled code does).
+  that take ``.to()``; ``and``/``or`` over tensors as compiled code does);
+- ``tuning.py``: ``triton.autotune`` keeps its first config instead of timing
+  each on a GPU that is not there.
 
 Entering the outermost :func:`adapters` applies them; leaving it puts back
 everything they changed, so a kernel launched outside mambafuzz runs in the
@@ -28,7 +30,7 @@ from contextlib import contextmanager
 
 from triton.runtime import interpreter as _interp
 
-from . import aliases, builder, loops, rewrite
+from . import aliases, builder, loops, rewrite, tuning
 
 __all__ = ["adapters", "adapters_enter", "adapters_exit", "applied"]
 
@@ -107,6 +109,7 @@ def adapters_enter() -> None:
             _mend_builder(builder_undo)
             aliases.patch_language_attributes(alias_undo)
             rewrite.install()
+            tuning.install()
         except BaseException:
             _depth += 1
             adapters_exit()
@@ -123,6 +126,7 @@ def adapters_exit() -> None:
     (original, undo, builder_undo, alias_undo), _saved = _saved, None
     _interp._patch_lang = original
     rewrite.uninstall()
+    tuning.uninstall()
     aliases.restore(alias_undo)
     _unmend_builder(builder_undo)
     for (cls, name), value in undo.items():

@@ -295,3 +295,19 @@ def test_libdevice_runs_its_float_functions_and_names_what_it_cannot():
     who = _classified(bessel, x, out, BLOCK=4)
     assert who is not None and who.who == blame.INTERPRETER, who
     assert "libdevice's __nv_j0f" in who.message and "\n" not in who.message, who.message
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 8})], key=["n"])
+@triton.jit
+def tuned_scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+
+def test_an_autotuned_kernel_runs_its_first_config_without_a_gpu():
+    x = torch.arange(8, dtype=torch.float32)
+    out = torch.zeros(8)
+    with adapters():
+        tuned_scale[lambda meta: (triton.cdiv(8, meta["BLOCK"]),)](x, out, 8)
+    assert out.tolist() == (2 * x).tolist()
+    assert tuned_scale.best_config.kwargs == {"BLOCK": 4}
