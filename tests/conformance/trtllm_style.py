@@ -214,7 +214,8 @@ def _sp_expect(a):
     return {"out": out.astype(np.float32), "final": final.astype(np.float32)}
 
 
-_APPROX = "compiled exp/exp2/log/log2 are approximate (ex2.approx, lg2.approx), sigmoid divides with div.full"
+_APPROX = ("compiled exp/exp2 run on ex2.approx, log/log2 on libdevice polynomials (not correctly rounded), "
+           "sigmoid divides with div.full")
 
 ENTRIES = [
     Entry("trtllm_libdevice",

@@ -319,8 +319,8 @@ def _i64_expect(a):
     return {"off": a["slots"].astype(np.int64) * _SLOT_STRIDE + pid * 16, "o": a["x"].copy()}
 
 
-_SSM_REASON = ("compiled exp2/log/exp are approximate (ex2.approx, lg2.approx), a*b+c contracts into an fma "
-               "and the dstate sum is a tree; numpy works in float64")
+_SSM_REASON = ("compiled exp/exp2 run on ex2.approx and log on libdevice's logf (neither correctly rounded), "
+               "a*b+c contracts into an fma and the dstate sum is a tree; numpy works in float64")
 
 ENTRIES = [
     Entry("vllm_conv_pad_mask",
