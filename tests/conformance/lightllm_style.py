@@ -51,8 +51,9 @@ def _table_launch(t):
     dsts = [t[f"dst{i}"].clone() for i in range(3)]
     srcs = [t[f"src{i}"] for i in range(3)]
     device = srcs[0].device
-    src_ptrs = torch.tensor([s.data_ptr() for s in srcs], dtype=torch.uint64, device=device)
-    dst_ptrs = torch.tensor([d.data_ptr() for d in dsts], dtype=torch.uint64, device=device)
+    # built as int64 and viewed as uint64: the engines' address tables (torch has few uint64 ops)
+    src_ptrs = torch.tensor([s.data_ptr() for s in srcs], dtype=torch.int64, device=device).view(torch.uint64)
+    dst_ptrs = torch.tensor([d.data_ptr() for d in dsts], dtype=torch.int64, device=device).view(torch.uint64)
     ntok = t["src_loc"].numel()
     _layer_table_copy_kernel[(ntok, len(srcs))](src_ptrs, dst_ptrs, t["src_loc"], t["dst_loc"], 20, BLOCK=16)
     return {f"dst{i}": d for i, d in enumerate(dsts)}
