@@ -221,10 +221,20 @@ def test_addr_i32_is_caught_on_a_gpu_profile_case_past_4_gib():
         return max(offsets) >= 1 << 32 and all(o % (1 << 32) < 1 << 31 for o in offsets)
 
     import random
-    # a fixed search (such cases are about 1 in 30 draws; an unseeded 500-draw search once found none)
-    case = find(strategies.state_copy_cases(strategies.GPU), wraps, random=random.Random(2026),
-                settings=settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck),
-                                  database=None))
+
+    from hypothesis.errors import NoSuchExample
+    # fixed searches (such cases are about 1 in 30 draws, yet seed 2026 needs 1215 and one CI run
+    # found none in 2000): the next seed's search where one comes up empty
+    case = None
+    for seed in range(2026, 2031):
+        try:
+            case = find(strategies.state_copy_cases(strategies.GPU), wraps, random=random.Random(seed),
+                        settings=settings(max_examples=2000, deadline=None,
+                                          suppress_health_check=list(HealthCheck), database=None))
+            break
+        except NoSuchExample:
+            continue
+    assert case is not None, "five seeded searches found no GPU-profile copy past 4 GiB"
     assert not run_case(registry.get("triton.state_copy").fn, case, "cpu").failed
     v = run_case(registry.get("zoo.ADDR-I32").fn, case, "cpu")
     # wrong bytes where the wrapped offset lands in the arena, out of bounds where it lands before it
