@@ -41,7 +41,8 @@ from mambafuzz.judge.signature import check as check_signature
 __all__ = ["check", "reject", "Failure", "Inconclusive", "Rejected", "UsageError"]
 
 # Set by the pytest plugin: command-line options that win over check()'s arguments
-# ("device", "max_examples", "reps", "crashes_dir", "database"), and "rerun" for the running test.
+# ("device", "max_examples", "reps", "crashes_dir", "database", "options": contract options by name),
+# and "rerun" for the running test.
 PYTEST_CONTEXT: dict[str, Any] = {}
 
 
@@ -206,6 +207,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     ctx = PYTEST_CONTEXT
     device = ctx.get("device") or device or os.environ.get("MAMBAFUZZ_DEVICE") or _device_from_triton() or "cpu"
     max_examples = ctx.get("max_examples") or max_examples
+    given = ctx.get("options") or {}  # --mambafuzz-option NAME=VALUE: over the test's own, where it applies
     reps = ctx.get("reps") or reps
     crashes_dir = _under_root(ctx.get("crashes_dir", crashes_dir))
     database = _under_root(ctx.get("database", database))
@@ -225,6 +227,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     from mambafuzz.search.fuzz import FuzzOptions, check_database
 
     spec = contracts.get(contract)
+    options = {**options, **{k: v for k, v in given.items() if k in {o.name for o in spec.cli_options}}}
     mode = mode or ("race" if device == "cpu" else "compare")
     if mode not in ("race", "compare") or (mode == "race" and device != "cpu"):
         raise UsageError(f"check(): mode {mode!r} is not available on {device} (race needs cpu)")

@@ -7,7 +7,10 @@
   arguments of each check (a nightly job can run deeper than the test says);
 - ``--mambafuzz-crashes DIR``: the crash files (default ``<rootdir>/crashes``);
   a test's saved crash files are replayed first on its next run and it fails
-  at once if one still fails (a regression corpus).
+  at once if one still fails (a regression corpus);
+- ``--mambafuzz-option NAME=VALUE`` (repeatable): a contract option for every
+  check whose contract declares NAME, over the test's own (``--help`` lists
+  them, each with the contracts it applies to).
 
 A ``mambafuzz.Failure`` shows the verdict, the witness, the crash file, the
 ``mambafuzz replay`` command and a ``rerun:`` line (the test's own pytest
@@ -28,6 +31,31 @@ from mambafuzz import api
 from mambafuzz.errors import UsageError
 
 _RERUN_OPTIONS = pytest.StashKey[tuple]()  # (environment prefix, options) of the rerun line
+
+
+class _OptionsHelp(str):
+    """The help of --mambafuzz-option, written when argparse formats it (``help % params``): it lists
+    every contract's options, which imports the contracts, and a pytest run that shows no help must not
+    pay for that."""
+
+    def __mod__(self, params):
+        try:
+            from mambafuzz import contracts
+
+            listed = "; ".join(f"{o.name}={'|'.join(map(str, o.choices))} ({', '.join(o.contracts)})"
+                               for o in contracts.options())
+        except Exception as exc:  # noqa: BLE001 - help must show whatever a user contract does
+            listed = f"(cannot list them: {type(exc).__name__}: {exc})"
+        return str(self) + " Options: " + listed
+
+
+def _option_pair(text: str) -> tuple[str, str]:
+    import argparse
+
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (a contract option), got {text!r}")
+    return name.strip().replace("-", "_"), value.strip()
 
 
 def _positive_int(text: str) -> int:
@@ -53,6 +81,9 @@ def pytest_addoption(parser):
                     help="repetitions per case (wins over reps=)")
     group.addoption("--mambafuzz-crashes", default=None, metavar="DIR",
                     help="crash files: saved there, replayed first next run (default <rootdir>/crashes)")
+    group.addoption("--mambafuzz-option", type=_option_pair, action="append", default=None, metavar="NAME=VALUE",
+                    help=_OptionsHelp("a contract option (what the kernel supports) for every mambafuzz.check "
+                                      "whose contract declares NAME, over the test's own; repeatable."))
 
 
 def pytest_configure(config):
@@ -65,6 +96,9 @@ def pytest_configure(config):
             ctx["device"] = device.select(chosen)  # before test modules define their kernels
         except UsageError as exc:
             raise pytest.UsageError(f"--mambafuzz-device {chosen}: {exc}") from None
+    given = config.getoption("mambafuzz_option", None)
+    if given:
+        ctx["options"] = _checked_options(dict(given))
     for option, key in (("mambafuzz_examples", "max_examples"), ("mambafuzz_reps", "reps")):
         if config.getoption(option, None):
             ctx[key] = config.getoption(option)
@@ -74,6 +108,21 @@ def pytest_configure(config):
     config.stash[_RERUN_OPTIONS] = _rerun_options(ctx)
     api.PYTEST_CONTEXT.clear()
     api.PYTEST_CONTEXT.update(ctx)
+
+
+def _checked_options(given: dict) -> dict:
+    """--mambafuzz-option's names, each one some contract declares (values: each check checks its own)."""
+    from mambafuzz import contracts
+
+    try:
+        known = {o.name for o in contracts.options()}
+    except UsageError as exc:  # a user contract's entry point that cannot load
+        raise pytest.UsageError(f"--mambafuzz-option: {exc}") from None
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise pytest.UsageError(f"--mambafuzz-option: no contract declares {', '.join(unknown)} "
+                                f"(known: {', '.join(sorted(known))})")
+    return given
 
 
 def _rerun_options(ctx: dict) -> tuple[str, str]:
@@ -88,6 +137,8 @@ def _rerun_options(ctx: dict) -> tuple[str, str]:
                         ("crashes_dir", "--mambafuzz-crashes")):
         if ctx.get(key):
             words += [option, str(ctx[key])]
+    for name, value in (ctx.get("options") or {}).items():
+        words += ["--mambafuzz-option", f"{name}={value}"]
     env = os.environ.get("MAMBAFUZZ_DEVICE")
     prefix = f"MAMBAFUZZ_DEVICE={shlex.quote(env)} " if env and not ctx.get("device") else ""
     return prefix, " ".join(shlex.quote(w) for w in words)

@@ -159,6 +159,11 @@ class Contract:
     def valid(self, case) -> bool:
         return True
 
+    def admits(self, case, options: dict[str, Any]) -> bool:
+        """Whether the strategy could draw `case` under `options` (the run's contract options): shrinking
+        keeps to what the user's kernel takes, never trading a finding for a case outside it."""
+        return True
+
     # -- coverage: what one case exercised, and what a run of the default sizes must have drawn
     def features(self, case) -> dict[str, str]:
         """{feature: bucket label} of one case; the race map's (shift, size) under ``RACE_SHIFT`` /

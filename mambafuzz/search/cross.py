@@ -76,15 +76,17 @@ class Witness:
         return text
 
 
-def _request(target, case, shrink_seconds: float) -> dict[str, Any]:
+def _request(target, case, shrink_seconds: float, options: dict | None = None) -> dict[str, Any]:
     from mambafuzz.cli.targets import user_info
 
     info = user_info(target.name) or {}
     return {"target": target.name, "contract": case.contract, "overlap": getattr(target, "overlap", "full"),
-            "target_path": info.get("target_path"), "case": case.to_json(), "shrink_seconds": shrink_seconds}
+            "target_path": info.get("target_path"), "case": case.to_json(), "shrink_seconds": shrink_seconds,
+            "options": {k: v for k, v in (options or {}).items() if isinstance(v, (str, int, bool))}}
 
 
-def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float = 30.0) -> Witness:
+def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float = 30.0,
+                options: dict | None = None) -> Witness:
     """Run `case` on `target` under the CPU race recorder in a child; never raises."""
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "MAMBAFUZZ_DEVICE")}
@@ -92,7 +94,7 @@ def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float =
     env["MAMBAFUZZ_DEVICE"] = "cpu"
     env["CUDA_VISIBLE_DEVICES"] = ""  # the child needs no GPU, and must not touch the parent's context
     try:
-        request = json.dumps(_request(target, case, min(shrink_seconds, max(1.0, timeout - 10))))
+        request = json.dumps(_request(target, case, min(shrink_seconds, max(1.0, timeout - 10)), options))
         proc = subprocess.run([sys.executable, "-m", "mambafuzz.search.cross"], input=request, capture_output=True,
                               text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -154,7 +156,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
             return True
         return False
 
-    shrunk, _ = reduce_case(case, still_fails, lambda: time.monotonic() <= end)
+    shrunk, _ = reduce_case(case, still_fails, lambda: time.monotonic() <= end, options=request.get("options"))
     return Witness(WITNESSED, summary=first.summary(), verdict=first.to_json(), cpu_case=shrunk.to_json(),
                    cpu_summary=shrunk.describe(), cpu_size=list(shrunk.size))
 

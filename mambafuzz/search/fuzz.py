@@ -403,6 +403,11 @@ def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport, best: _B
     return verdict
 
 
+def target_options(target, opts: FuzzOptions) -> dict:
+    """The contract options `target` is fuzzed under: the run's, its overlap, its own (a zoo row's)."""
+    return {**opts.contract_options, "overlap": target.overlap, **getattr(target, "options", {})}
+
+
 def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> bool:
     """Case-level reduction of the best failure, inside the shrink budget; whether it ran to its end
     (no smaller candidate fails) rather than being cut short."""
@@ -424,7 +429,7 @@ def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> bool:
         cut[0] = cut[0] or not ok
         return ok
 
-    reduce_case(best.case, still_fails, budget_ok)
+    reduce_case(best.case, still_fails, budget_ok, options=target_options(target, opts))
     # a GPU candidate judged by k/N gets fewer batches near the end: past it, "passes" is not sure
     return not cut[0] and not (opts.flaky and time.monotonic() > shrink_end)
 
@@ -453,7 +458,8 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
     left = (end - time.monotonic()) if end is not None else opts.witness_seconds
     if opts.witness and left > 5:
         seconds = min(opts.witness_seconds, left)
-        witness = cross.cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6)
+        witness = cross.cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6,
+                                    options=target_options(target, opts))
         best.witness = witness
         if witness.status == cross.WITNESSED and witness.cpu_case is not None:
             smaller = case_from_json(witness.cpu_case)
@@ -503,7 +509,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         report.detail = "not run: its share of --time had ended when it was to start"
         report.finished = True
         return report
-    options = {**opts.contract_options, "overlap": target.overlap, **getattr(target, "options", {})}
+    options = target_options(target, opts)
     strategy = strategies.for_contract(target.contract, profile=opts.profile, **options)
     best = _Best(target, opts, report, start, on_finding)
     report.tally.expect(target.contract, profile=opts.profile, device=opts.device, options=options)
