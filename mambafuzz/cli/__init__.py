@@ -270,7 +270,7 @@ def _print_coverage(reports) -> None:
     from mambafuzz.search.features import summary_lines
 
     for r in reports:
-        for line in summary_lines(r.target, r.tally, warn=r.finding is None):
+        for line in summary_lines(r.target, r.tally, warn=r.finding is None, options=r.options):
             print(line)
 
 

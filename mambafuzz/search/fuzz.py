@@ -45,6 +45,7 @@ from mambafuzz.search import features
 from mambafuzz.search import flaky
 from mambafuzz.run import interrupt
 from mambafuzz.run.clock import Deadline
+from mambafuzz import contracts
 from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts.cases import Case
 from mambafuzz.judge.engine import Verdict, run_case
@@ -97,6 +98,7 @@ class TargetReport:
     min_examples: int = 1          # fewer valid examples than this is not a clean run
     finished: bool = False         # the target's run has ended (the live view prints it once)
     uninstrumented: dict[str, str] = field(default_factory=dict)  # user kernels run without warp delays: why
+    options: dict[str, str] = field(default_factory=dict)  # its contract's options away from their defaults
     tally: features.Tally = field(default_factory=features.Tally)  # coverage, race map, examples over time
 
     @property
@@ -136,7 +138,7 @@ class TargetReport:
                 "failed_reps": self.failed_reps, "seconds": round(self.seconds, 3),
                 "min_examples": self.min_examples, "interrupted": self.interrupted, "written": self.written,
                 "rejected": list(self.rejected), "uninstrumented": dict(self.uninstrumented),
-                "finding": self.finding.to_json() if self.finding is not None else None, **self.tally.to_json()}
+                "options": dict(self.options), "finding": self.finding.to_json() if self.finding is not None else None, **self.tally.to_json()}
 
     @classmethod
     def from_json(cls, body: dict) -> "TargetReport":
@@ -148,6 +150,7 @@ class TargetReport:
                    interrupted=body.get("interrupted", False), written=body.get("written", False),
                    rejected=list(body.get("rejected", [])), min_examples=body.get("min_examples", 1),
                    uninstrumented=dict(body.get("uninstrumented") or {}),
+                   options={str(k): str(v) for k, v in (body.get("options") or {}).items()},
                    finding=findings.Finding.from_json(finding) if finding else None,
                    tally=features.Tally.from_json(body))
 
@@ -510,6 +513,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         report.finished = True
         return report
     options = target_options(target, opts)
+    report.options = contracts.get(target.contract).narrowed(options)
     strategy = strategies.for_contract(target.contract, profile=opts.profile, **options)
     best = _Best(target, opts, report, start, on_finding)
     report.tally.expect(target.contract, profile=opts.profile, device=opts.device, options=options)

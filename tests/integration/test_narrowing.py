@@ -7,6 +7,7 @@ contract declares, through ``check`` (the pytest plugin's path) or the CLI's fla
 Every option keeps to its narrowing while shrinking (``Contract.admits``), a bad value is one line, and
 every place that lists options names each contract an option applies to.
 """
+import importlib.util
 import json
 import re
 import subprocess
@@ -65,9 +66,28 @@ def test_the_cli_flags_narrow_as_check_does(capsys, tmp_path, monkeypatch):
     code = cli.main(["fuzz", "--target", "style_kernels.engine_updates:delta_update", "--contract", "delta_update",
                      "--no-isolate", "--max-examples", "15", "--seed", "1", "--database", "none", "--json",
                      "--mode", "compare", *flags])
-    body = json.loads(capsys.readouterr().out)
+    text = capsys.readouterr().out
+    body = json.loads(text)
     (target,) = body["targets"]
     assert code == 0 and target["examples"] == 15 and target["rejected_by_target"] == {}, target
+    assert target["options"] == options  # what the clean verdict does not cover, in the report
+    if importlib.util.find_spec("plotly"):  # the report page says it next to the contract
+        (tmp_path / "r.json").write_text(text)
+        assert cli.main(["report", str(tmp_path / "r.json"), "-o", str(tmp_path / "r.html")]) == 0
+        page = (tmp_path / "r.html").read_text()
+        assert ", ".join(f"{k}={v}" for k, v in target["options"].items()) in page
+
+
+def test_the_coverage_lines_name_the_options_that_narrowed_the_draws():
+    from mambafuzz.search.features import Tally, summary_lines
+
+    tally = Tally()
+    tally.examples = 3
+    lines = summary_lines("mine:a_rather_long_adapter_name", tally,
+                          options={"state_layout": "kv", "gate": "gdn", "step_buffer": "never"})
+    assert " ".join(" ".join(lines).split()).startswith("coverage of mine:a_rather_long_adapter_name (3 examples, state_layout=kv, "
+                                      "gate=gdn, step_buffer=never):")
+    assert all(len(line) <= 80 for line in lines)
 
 
 # --------------------------------------------------------------------------- the draws, and shrinking
