@@ -462,6 +462,7 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
     if opts.witness and left > 5:
         seconds = min(opts.witness_seconds, left)
         witness = cross.cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6,
+                                    compiled=best.verdict.mismatch if best.verdict is not None else None,
                                     options=target_options(target, opts))
         best.witness = witness
         if witness.status == cross.WITNESSED and witness.cpu_case is not None:
