@@ -59,12 +59,14 @@ def test_not_narrowed_the_same_kernel_is_mostly_rejects(contract):
     assert fraction > 0.5, (fraction, report.tally.rejections)
 
 
-def test_the_cli_flags_narrow_as_check_does(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("isolate", [pytest.param("--no-isolate", id="in-process"),
+                                     pytest.param("--isolate", id="session", marks=pytest.mark.matrix)])
+def test_the_cli_flags_narrow_as_check_does(capsys, tmp_path, monkeypatch, isolate):
     monkeypatch.chdir(tmp_path)
     fn, options = NARROWED["delta_update"]
     flags = [w for name, value in options.items() for w in (contracts.CliOption(name, (), "", "").flag, value)]
     code = cli.main(["fuzz", "--target", "style_kernels.engine_updates:delta_update", "--contract", "delta_update",
-                     "--no-isolate", "--max-examples", "15", "--seed", "1", "--database", "none", "--json",
+                     isolate, "--max-examples", "15", "--seed", "1", "--database", "none", "--json",
                      "--mode", "compare", *flags])
     text = capsys.readouterr().out
     body = json.loads(text)
