@@ -172,11 +172,12 @@ def arguments_table() -> str:
             rows.append(f"| {c.name} | `{a.name}` | keyword | Python {a.dtype} | | {_cell(a.meaning)} |")
         rows.append(f"| {c.name} | `arena` | keyword, if your function takes it | uint8 | [arena bytes] | "
                     f"the memory every address points into (`adapters.bytes_at`) |")
-    rows += ["", "| contract | option | values | default | meaning |", "| --- | --- | --- | --- | --- |"]
-    for c in [c for c in contracts.registered().values() if c.origin is None]:  # the built-in ones
-        for o in c.cli_options:
-            values = " \\| ".join(str(v) for v in o.choices)
-            rows.append(f"| {c.name} | `{o.name}` (`{o.flag}`) | {values} | {o.default} | {_cell(o.help)} |")
+    rows += ["", "| option | contracts | values | default | meaning |", "| --- | --- | --- | --- | --- |"]
+    for o in contracts.options(built_in=True):  # one row each, naming every contract that declares it
+        values = " \\| ".join(str(v) for v in o.choices)
+        meaning = "; ".join([o.helps[0][1]] + [f"{c}: {h}" for c, h in o.helps[1:]])
+        rows.append(f"| `{o.name}` (`{o.flag}`) | {', '.join(o.contracts)} | {values} | {o.default} | "
+                    f"{_cell(meaning)} |")
     rows += ["", "| `state_columns(meta)[name]` | dtype | shape |", "| --- | --- | --- |"]
     for name, (_, dtype) in STATE_COLUMNS.items():
         rows.append(f"| `{name}` | {str(dtype).replace('torch.', '')} | [S] |")

@@ -41,7 +41,8 @@ from mambafuzz.judge.signature import check as check_signature
 __all__ = ["check", "reject", "Failure", "Inconclusive", "Rejected", "UsageError"]
 
 # Set by the pytest plugin: command-line options that win over check()'s arguments
-# ("device", "max_examples", "reps", "crashes_dir", "database"), and "rerun" for the running test.
+# ("device", "max_examples", "reps", "crashes_dir", "database", "options": contract options by name),
+# and "rerun" for the running test.
 PYTEST_CONTEXT: dict[str, Any] = {}
 
 
@@ -146,12 +147,19 @@ def _failure(finding, replayable: bool, replayed: bool, report=None) -> Failure:
                    replay=replay, rerun=rerun, replayed=replayed, report=report)
 
 
-def _compiled_hint(device: str, why: str) -> str:
-    """What to do when the user's kernels were defined compiled in a CPU run (on the same line)."""
-    if device == "cpu" and any(t in why for t in ("cpu tensor?", "active drivers")):
-        return ("; your kernels were defined compiled: set TRITON_INTERPRET=1 (or pytest --mambafuzz-device cpu) "
-                "before they are imported")
-    return ""
+COMPILED_HINT = ("your kernels were defined compiled but this run is on the CPU: set TRITON_INTERPRET=1 "
+                 "(or pytest --mambafuzz-device cpu) before they are imported")
+
+
+def inconclusive_text(target: str, why: str, device: str, saved: Path | str | None = None) -> str:
+    """An Inconclusive's one line, its reason first (pytest's summary line shows about 100 characters):
+    the hint when the user's kernels were defined compiled in a CPU run, else `why`; then the target and,
+    for a saved crash file replayed first, the file."""
+    compiled = device == "cpu" and any(t in why for t in ("cpu tensor?", "active drivers"))
+    where = f"target {target}" + (f", saved case {saved}" if saved is not None else "")
+    if compiled:
+        return f"{COMPILED_HINT}; {where}: {why}"
+    return f"{'a saved case could not be checked: ' if saved is not None else ''}{why}; {where}"
 
 
 def _replay_saved(target, opts, replayable: bool) -> list[Path]:
@@ -171,11 +179,10 @@ def _replay_saved(target, opts, replayable: bool) -> list[Path]:
         except Rejected:  # the target declines this case now (mambafuzz.reject): no failure, not replayed
             paths = [p for p in paths if p != path]
             continue
-        except Inconclusive as exc:  # one line, the hint on it; the kernel's traceback says no more
-            why = f"{target.name}: saved case {path} could not be checked: {exc}"
-            raise Inconclusive(why + _compiled_hint(opts.device, str(exc))) from None
+        except Inconclusive as exc:  # one line, the hint first; the kernel's traceback says no more
+            raise Inconclusive(inconclusive_text(target.name, str(exc), opts.device, saved=path)) from None
         except InternalError as exc:  # mambafuzz's own: its traceback is worth keeping
-            raise Inconclusive(f"{target.name}: saved case {path} could not be checked: {exc}") from exc
+            raise Inconclusive(inconclusive_text(target.name, str(exc), opts.device, saved=path)) from exc
         if verdict.failed:
             finding = findings.Finding(target=target.name, contract=target.contract, device=opts.device,
                                        mode=opts.mode, case=record.case, verdict=verdict, path=path)
@@ -206,6 +213,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     ctx = PYTEST_CONTEXT
     device = ctx.get("device") or device or os.environ.get("MAMBAFUZZ_DEVICE") or _device_from_triton() or "cpu"
     max_examples = ctx.get("max_examples") or max_examples
+    given = ctx.get("options") or {}  # --mambafuzz-option NAME=VALUE: over the test's own, where it applies
     reps = ctx.get("reps") or reps
     crashes_dir = _under_root(ctx.get("crashes_dir", crashes_dir))
     database = _under_root(ctx.get("database", database))
@@ -225,6 +233,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     from mambafuzz.search.fuzz import FuzzOptions, check_database
 
     spec = contracts.get(contract)
+    options = {**options, **{k: v for k, v in given.items() if k in {o.name for o in spec.cli_options}}}
     mode = mode or ("race" if device == "cpu" else "compare")
     if mode not in ("race", "compare") or (mode == "race" and device != "cpu"):
         raise UsageError(f"check(): mode {mode!r} is not available on {device} (race needs cpu)")
@@ -251,7 +260,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     if report.status == "interrupted":
         raise KeyboardInterrupt(f"mambafuzz: {target.name} interrupted")
     if report.status != "clean":
-        exc = Inconclusive(f"{target.name}: inconclusive: {report.why}{_compiled_hint(device, report.why)}")
+        exc = Inconclusive(inconclusive_text(target.name, report.why, device))
         exc.report = report
         raise exc
     return report

@@ -150,18 +150,16 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
 
 
 def _add_contract_options(p, *, with_defaults: bool) -> None:
-    """Each contract's own options (what a user's kernel supports), e.g. a contract's --overlap."""
+    """Each contract's own options (what a user's kernel supports), e.g. a contract's --overlap, each
+    naming every contract that declares it (``contracts.options``)."""
     from mambafuzz import contracts
 
-    seen = set()
-    for contract in contracts.registered().values():
-        for option in contract.cli_options:
-            if option.flag not in seen:
-                seen.add(option.flag)
-                p.add_argument(option.flag, choices=option.choices,
-                               default=option.default if with_defaults else None,
-                               help=f"{contract.name}: {option.help}"
-                                    + ("" if with_defaults else " (None: the crash file's)"))
+    group = p.add_argument_group("contract options", "what your kernel supports, for the contracts each "
+                                                     "names\n(a default draws everything)")
+    for option in contracts.options():
+        group.add_argument(option.flag, choices=option.choices,
+                           default=option.default if with_defaults else None,
+                           help=option.text() + ("" if with_defaults else " (None: the crash file's)"))
 
 
 SMOKE_TIME = 45.0  # smoke's default --time: a bounded CI job whatever the number of targets
@@ -254,8 +252,8 @@ def _fuzz_options(args, device: str):
                        seed=args.seed, database=database, crashes_dir=crashes_dir, profile=profile,
                        observe=_observe_dir(args.observe),
                        witness=args.cpu_witness if args.cpu_witness is not None else args.command == "fuzz",
-                       contract_options={o.name: getattr(args, o.name) for c in contracts.registered().values()
-                                         for o in c.cli_options if getattr(args, o.name, None) is not None})
+                       contract_options={o.name: getattr(args, o.name) for o in contracts.options()
+                                         if getattr(args, o.name, None) is not None})
 
 
 def _observe_dir(folder: Path | None) -> str | None:
@@ -272,7 +270,7 @@ def _print_coverage(reports) -> None:
     from mambafuzz.search.features import summary_lines
 
     for r in reports:
-        for line in summary_lines(r.target, r.tally, warn=r.finding is None):
+        for line in summary_lines(r.target, r.tally, warn=r.finding is None, options=r.options):
             print(line)
 
 
@@ -470,7 +468,23 @@ def cmd_list(args) -> int:
     out.print(table)
     for line in description_lines(targets):  # prose as plain lines: a table column of it is unreadable
         print(line)
+    for line in option_lines():
+        print(line)
     return EXIT_CLEAN
+
+
+def option_lines(width: int = 80) -> list[str]:
+    """The contract options (what a user's kernel supports), each naming the contracts it applies to,
+    wrapped to `width` between words."""
+    from mambafuzz import contracts
+
+    lines = ["", "contract options (fuzz --flag VALUE; mambafuzz.check(fn, contract, name=VALUE)):"]
+    for o in contracts.options():
+        default = f" (default {o.default})" if o.default is not None else ""
+        text = f"{o.flag} {'|'.join(map(str, o.choices))}{default}: {o.text()}"
+        lines += textwrap.wrap(text, width=width, initial_indent="  ", subsequent_indent="    ",
+                               break_long_words=False, break_on_hyphens=False)
+    return lines
 
 
 def description_lines(targets, width: int = 80) -> list[str]:

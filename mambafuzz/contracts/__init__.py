@@ -40,7 +40,8 @@ _CONTRACTS: dict[str, Contract] = {}
 _LOADED = False
 
 __all__ = ["BUILTIN", "ENTRY_POINTS", "Argument", "CliOption", "Contract", "Image", "Output", "Prepared",
-           "case_from_json", "get", "import_origin", "import_root", "names", "of", "register", "registered"]
+           "SharedOption", "case_from_json", "get", "import_origin", "import_root", "names", "of", "options",
+           "register", "registered"]
 
 
 def register(contract: Contract) -> Contract:
@@ -107,6 +108,49 @@ def registered() -> dict[str, Contract]:
     """Every contract known now, by name (built-in first)."""
     _load()
     return dict(_CONTRACTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedOption:
+    """One contract option as a user sets it (a ``--flag``, a keyword of ``check``), with every contract
+    that declares it: what the CLI, the pytest plugin and ``list`` show."""
+
+    name: str
+    contracts: tuple[str, ...]       # the contracts that declare it, in registry order
+    choices: tuple                   # every contract's choices, in order, each once
+    default: Any                     # the default, or None where the contracts' defaults differ
+    helps: tuple[tuple[str, str], ...]  # (contract, help) where a contract says something else than the first
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def text(self) -> str:
+        """The help: which contracts it applies to, then what it means (per contract where they differ)."""
+        first = ", ".join(c for c in self.contracts if c not in dict(self.helps[1:]))
+        return "; ".join([f"{first}: {self.helps[0][1]}"] + [f"{c}: {h}" for c, h in self.helps[1:]])
+
+
+def options(built_in: bool = False) -> tuple[SharedOption, ...]:
+    """Every contract option of every registered contract (`built_in`: of mambafuzz's own), one per name,
+    in the order first declared."""
+    found: dict[str, list] = {}
+    for contract in registered().values():
+        if built_in and contract.origin is not None:
+            continue
+        for option in contract.cli_options:
+            found.setdefault(option.name, []).append((contract.name, option))
+    out = []
+    for name, declared in found.items():
+        choices = declared[0][1].choices  # as declared (a choices object may accept more than it lists)
+        if any(tuple(o.choices) != tuple(choices) for _, o in declared):
+            choices = tuple(dict.fromkeys(c for _, o in declared for c in o.choices))
+        defaults = {str(o.default) for _, o in declared}
+        helps = [declared[0][0:1] + (declared[0][1].help,)]
+        helps += [(c, o.help) for c, o in declared[1:] if o.help != declared[0][1].help]
+        out.append(SharedOption(name, tuple(c for c, _ in declared), choices,
+                                declared[0][1].default if len(defaults) == 1 else None, tuple(helps)))
+    return tuple(out)
 
 
 def names() -> tuple[str, ...]:

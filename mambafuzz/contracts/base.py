@@ -125,6 +125,13 @@ class Contract:
         keywords = "".join(f", {o}" for o in self.option_names)
         return f"fn({', '.join(self.positional)}, *{keywords}, arena=None)"
 
+    def narrowed(self, given: dict[str, Any] | None = None) -> dict[str, str]:
+        """This contract's options in `given` that differ from their defaults, as text: what a run left out
+        of the draws (a report says so next to a clean verdict)."""
+        given = given or {}
+        return {o.name: str(given[o.name]) for o in self.cli_options
+                if given.get(o.name) is not None and str(given[o.name]) != str(o.default)}
+
     def defaults(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """This contract's CLI options with their defaults, overridden by `given` (unknown keys dropped)."""
         given = given or {}
@@ -157,6 +164,11 @@ class Contract:
         return iter(())
 
     def valid(self, case) -> bool:
+        return True
+
+    def admits(self, case, options: dict[str, Any]) -> bool:
+        """Whether the strategy could draw `case` under `options` (the run's contract options): shrinking
+        keeps to what the user's kernel takes, never trading a finding for a case outside it."""
         return True
 
     # -- coverage: what one case exercised, and what a run of the default sizes must have drawn

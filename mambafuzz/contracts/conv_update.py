@@ -24,19 +24,33 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.conv_update import ConvUpdateCase
+from mambafuzz.contracts.cases.conv_update import LAYOUTS, ConvUpdateCase
+from mambafuzz.errors import UsageError
 from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
 from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, plan_conv_update
 
-from .base import Argument, Contract, Image, Output, Prepared
+from .base import Argument, CliOption, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (RAW, UPDATE_CLI_OPTIONS, finite_values, from_float64, min_accepted_option, pad_option,
-                      rows_dropped, to_float64, unchanged_inputs)
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, RAW, SPEC, UPDATE_CLI_OPTIONS, VARLEN, allowed,
+                      finite_values, from_float64, min_accepted_option, nacc_buckets, one_of, pad_option,
+                      presence, presence_buckets, rows_dropped, to_float64, unchanged_inputs)
 
 
 # the inputs a step must leave exactly as they were
 UNCHANGED = ("x", "weight", "bias", "conv_state_indices", "num_accepted_tokens", "query_start_loc",
              "initial_state_idx", "last_state_idx")
+
+
+# what an engine's conv update may not take (vLLM's causal_conv1d_update: everything, its own checks assert a
+# channel-contiguous pool; SGLang's: widths up to 4, no varlen batches, no prefix caching)
+CONV_LAYOUT = CliOption("conv_layout", ("both",) + LAYOUTS, "both",
+                        "the pool layouts your kernel takes: dim (channels contiguous, which vLLM's and SGLang's "
+                        "checks assert), token (tokens contiguous), or both")
+MAX_WIDTH = CliOption("max_width", ("6", "5", "4"), "6", "the widest conv your kernel takes: widths 2 up to this "
+                                                         "are drawn (vLLM: 6, SGLang: 4)")
+PREFIX_CACHING = CliOption("prefix_caching", PRESENCE, DRAWN,
+                           "prefix caching (initial_state_idx and last_state_idx given): drawn per case, always, "
+                           "or never (SGLang's conv update)")
 
 
 class ConvUpdate(Contract):
@@ -63,7 +77,7 @@ class ConvUpdate(Contract):
         Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
         Argument("max_query_len", "int", "", "the longest row's token count"),
     )
-    cli_options = UPDATE_CLI_OPTIONS
+    cli_options = UPDATE_CLI_OPTIONS + (VARLEN, CONV_LAYOUT, MAX_WIDTH, PREFIX_CACHING)
     max_arena = MAX_SPARSE_ARENA
     buckets = {
         "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),
@@ -73,11 +87,30 @@ class ConvUpdate(Contract):
         "past_2g_elements": NO_YES,
     }
 
-    def strategy(self, profile, pad="-1", min_accepted="1", ill_posed: bool = False, **_):
+    def strategy(self, profile, ill_posed: bool = False, **options):
         from mambafuzz.strategies.conv_update import conv_update_cases
-        return conv_update_cases(profile, pad=pad_option(self.name, pad),
-                                 min_accepted=min_accepted_option(self.name, min_accepted),
-                                 ill_posed=ill_posed)
+        return conv_update_cases(profile, ill_posed=ill_posed, **self._narrowing(options))
+
+    def _narrowing(self, options: dict) -> dict:
+        """The options as the strategy takes them (UsageError in one line for a bad value)."""
+        o = self.defaults(options)
+        layout = one_of(self.name, CONV_LAYOUT, o["conv_layout"])
+        return {"pad": pad_option(self.name, o["pad"]),
+                "min_accepted": min_accepted_option(self.name, o["min_accepted"]),
+                "layouts": LAYOUTS if layout == "both" else (layout,),
+                "max_width": int(one_of(self.name, MAX_WIDTH, o["max_width"])),
+                "spec": presence(self.name, SPEC.name, o["spec"]),
+                "varlen": presence(self.name, VARLEN.name, o["varlen"]),
+                "apc": presence(self.name, PREFIX_CACHING.name, o["prefix_caching"]),
+                "one_token": one_of(self.name, NONSPEC_TOKENS, o["nonspec_tokens"]) == "1"}
+
+    def admits(self, case: ConvUpdateCase, options) -> bool:
+        n = self._narrowing(options)
+        spec = case.nacc is not None
+        return (case.pad == n["pad"] and (not spec or min(case.nacc, default=1) >= n["min_accepted"])
+                and case.layout in n["layouts"] and case.width <= n["max_width"] and allowed(spec, n["spec"])
+                and allowed(case.varlen, n["varlen"]) and allowed(case.init is not None, n["apc"])
+                and not (n["one_token"] and not spec and max(case.lens, default=0) > 1))
 
     # ------------------------------------------------------------ memory
     def _used(self, case: ConvUpdateCase) -> np.ndarray:
@@ -318,9 +351,23 @@ class ConvUpdate(Contract):
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        try:
+            n = self._narrowing(options)
+        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
+            n = self._narrowing({})
         out = dict(self.buckets)
         out["rows"] = ("1", "2-3")
-        out["nacc"] = ("none", "1", ">1") + (("0",) if str(options.get("min_accepted", "1")) == "0" else ())
+        out["spec"] = presence_buckets(n["spec"])
+        out["nacc"] = nacc_buckets(n["spec"], n["min_accepted"])
+        out["varlen"] = presence_buckets(n["varlen"])
+        out["empty_rows"] = NO_YES if n["varlen"] is not False else ("no",)
+        out["conv_layout"] = n["layouts"]
+        out["width"] = tuple(str(w) for w in range(2, n["max_width"] + 1))
+        out["apc"] = presence_buckets(n["apc"])
+        if n["apc"]:  # several index columns
+            out["index"] = ("2d", "2d-strided")
+        if n["apc"] is False:  # a pad destination needs a write column of its own
+            out["pads"] = ("none", "read")
         return out
 
 

@@ -20,12 +20,14 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.delta_update import DeltaUpdateCase
+from mambafuzz.contracts.cases.delta_update import LAYOUTS, DeltaUpdateCase
+from mambafuzz.errors import UsageError
 from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
-from .base import Argument, Contract, Image, Output, Prepared
+from .base import Argument, CliOption, Contract, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import (UPDATE_CLI_OPTIONS, as_stored, as_tensors, from_float64, min_accepted_option,
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, allowed, nacc_buckets, one_of,
+                      presence, presence_buckets, as_stored, as_tensors, from_float64, min_accepted_option,
                       oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64,
                       unchanged_inputs)
 
@@ -34,6 +36,18 @@ from .updates import (UPDATE_CLI_OPTIONS, as_stored, as_tensors, from_float64, m
 # the inputs a step must leave exactly as they were
 UNCHANGED = ("q", "k", "v", "g", "beta", "cu_seqlens", "ssm_state_indices", "num_accepted_tokens",
              "intermediate_state_indices")
+
+
+# what an engine's delta-rule update may not take (vLLM's fused_recurrent_gated_delta_rule: one pool layout,
+# a per-head gate (GDN), no per-step buffer; SGLang's update kernel: K-major pools, no spec decode)
+STATE_LAYOUT = CliOption("state_layout", ("both",) + LAYOUTS, "both",
+                         "the pool layouts your kernel takes: vk (V-major [.., V, K]), kv (K-major [.., K, V]), "
+                         "or both")
+GATE = CliOption("gate", ("both", "gdn", "kda"), "both",
+                 "the decay your kernel takes: gdn (g per head, [T, HV]), kda (g per K, [T, HV, K]), or both")
+STEP_BUFFER = CliOption("step_buffer", PRESENCE, DRAWN,
+                        "the per-step buffer (intermediate_states_buffer given): drawn per case, always, or "
+                        "never (vLLM's kernel has none)")
 
 
 class DeltaUpdate(Contract):
@@ -66,7 +80,7 @@ class DeltaUpdate(Contract):
         Argument("cache_steps", "int", "", "the buffer's steps per row (0: no buffer)"),
         Argument("max_query_len", "int", "", "the longest sequence's token count"),
     )
-    cli_options = UPDATE_CLI_OPTIONS
+    cli_options = UPDATE_CLI_OPTIONS + (STATE_LAYOUT, GATE, STEP_BUFFER)
     buckets = {
         "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),
         "state_layout": ("vk", "kv"), "dims": ("K=V", "K!=V"), "dtype": ("float32", "float16", "bfloat16"),
@@ -74,10 +88,30 @@ class DeltaUpdate(Contract):
         "buffer": ("none", "enough", "short"), "index": ("1d", "2d", "2d-strided"), "empty_rows": NO_YES,
     }
 
-    def strategy(self, profile, pad="-1", min_accepted="1", ill_posed: bool = False, **_):
+    def strategy(self, profile, ill_posed: bool = False, **options):
         from mambafuzz.strategies.delta_update import delta_update_cases
-        return delta_update_cases(profile, pad=pad_option(self.name, pad),
-                                  min_accepted=min_accepted_option(self.name, min_accepted), ill_posed=ill_posed)
+        return delta_update_cases(profile, ill_posed=ill_posed, **self._narrowing(options))
+
+    def _narrowing(self, options: dict) -> dict:
+        """The options as the strategy takes them (UsageError in one line for a bad value)."""
+        o = self.defaults(options)
+        layout = one_of(self.name, STATE_LAYOUT, o["state_layout"])
+        gate = one_of(self.name, GATE, o["gate"])
+        return {"pad": pad_option(self.name, o["pad"]),
+                "min_accepted": min_accepted_option(self.name, o["min_accepted"]),
+                "layouts": LAYOUTS if layout == "both" else (layout,),
+                "kda": None if gate == "both" else gate == "kda",
+                "spec": presence(self.name, SPEC.name, o["spec"]),
+                "buffer": presence(self.name, STEP_BUFFER.name, o["step_buffer"]),
+                "one_token": one_of(self.name, NONSPEC_TOKENS, o["nonspec_tokens"]) == "1"}
+
+    def admits(self, case: DeltaUpdateCase, options) -> bool:
+        n = self._narrowing(options)
+        spec = case.nacc is not None
+        return (case.pad == n["pad"] and (not spec or min(case.nacc, default=1) >= n["min_accepted"])
+                and case.layout in n["layouts"] and allowed(case.kda, n["kda"]) and allowed(spec, n["spec"])
+                and allowed(case.inter_rows > 0, n["buffer"])
+                and not (n["one_token"] and not spec and max(case.lens, default=0) > 1))
 
     # ------------------------------------------------------------ memory
     def image(self, case: DeltaUpdateCase) -> Image:
@@ -241,9 +275,20 @@ class DeltaUpdate(Contract):
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        try:
+            n = self._narrowing(options)
+        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
+            n = self._narrowing({})
         out = dict(self.buckets)
         out["rows"] = ("1", "2-3")
-        out["nacc"] = ("none", "1", ">1") + (("0",) if str(options.get("min_accepted", "1")) == "0" else ())
+        out["spec"] = presence_buckets(n["spec"])
+        out["nacc"] = nacc_buckets(n["spec"], n["min_accepted"])
+        out["state_layout"] = n["layouts"]
+        out["gate"] = presence_buckets(n["kda"], "head", "per-K")
+        steps = ("enough", "short") if not (n["one_token"] and n["spec"] is False) else ("enough",)
+        out["buffer"] = ("none",) + steps if n["buffer"] is None else steps if n["buffer"] else ("none",)
+        if n["spec"] is False:  # a pad destination is a spec column's
+            out["pads"] = ("none", "read")
         return out
 
 

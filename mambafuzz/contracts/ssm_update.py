@@ -30,11 +30,13 @@ import numpy as np
 from mambafuzz import oracle
 from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
 from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
+from mambafuzz.errors import UsageError
 from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 
-from .base import Argument, Contract, Image, Output, Prepared, host_array
+from .base import Argument, CliOption, Contract, Image, Output, Prepared, host_array
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (RAW, UPDATE_CLI_OPTIONS, as_stored, as_tensors, finite_values, from_float64,
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, RAW, SPEC, UPDATE_CLI_OPTIONS, VARLEN, allowed,
+                      nacc_buckets, one_of, presence, presence_buckets, as_stored, as_tensors, finite_values, from_float64,
                       min_accepted_option, oracle_input, pad_option, rows_dropped, slot_values, stored_tensor,
                       to_float64, unchanged_inputs)
 
@@ -43,6 +45,18 @@ from .updates import (RAW, UPDATE_CLI_OPTIONS, as_stored, as_tensors, finite_val
 # the inputs a step must leave exactly as they were
 UNCHANGED = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_batch_indices", "dst_state_batch_indices",
              "num_accepted_tokens", "cu_seqlens")
+
+
+# what an engine's selective state update may not take (vLLM's: everything; SGLang's: no spec decode, no
+# varlen batches, no dst table, and it needs D and dt_bias: it reads their strides unconditionally)
+DST_INDICES = CliOption("dst_indices", PRESENCE, DRAWN,
+                        "a separate dst_state_batch_indices table: drawn per case, always, or never (in place "
+                        "only: SGLang's)")
+HAS_Z = CliOption("has_z", PRESENCE, DRAWN, "the gate z given: drawn per case, always, or never")
+HAS_D = CliOption("has_d", PRESENCE, DRAWN, "the skip connection D given: drawn per case, always (SGLang's "
+                                            "kernel needs it), or never")
+HAS_DT_BIAS = CliOption("has_dt_bias", PRESENCE, DRAWN, "dt_bias given: drawn per case, always (SGLang's "
+                                                        "kernel needs it), or never")
 
 
 class SsmUpdate(Contract):
@@ -70,7 +84,7 @@ class SsmUpdate(Contract):
         Argument("dt_softplus", "bool", "", "dt = softplus(dt + dt_bias)"),
         Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
     )
-    cli_options = UPDATE_CLI_OPTIONS
+    cli_options = UPDATE_CLI_OPTIONS + (VARLEN, DST_INDICES, HAS_Z, HAS_D, HAS_DT_BIAS)
     max_arena = MAX_SPARSE_ARENA
     buckets = {
         "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),
@@ -80,10 +94,31 @@ class SsmUpdate(Contract):
         "exact": NO_YES, "z": NO_YES, "softplus": NO_YES, "a_per_head": NO_YES, "past_2gib": NO_YES,
     }
 
-    def strategy(self, profile, pad="-1", min_accepted="1", ill_posed: bool = False, **_):
+    def strategy(self, profile, ill_posed: bool = False, **options):
         from mambafuzz.strategies.ssm_update import ssm_update_cases
-        return ssm_update_cases(profile, pad=pad_option(self.name, pad),
-                                min_accepted=min_accepted_option(self.name, min_accepted), ill_posed=ill_posed)
+        return ssm_update_cases(profile, ill_posed=ill_posed, **self._narrowing(options))
+
+    def _narrowing(self, options: dict) -> dict:
+        """The options as the strategy takes them (UsageError in one line for a bad value)."""
+        o = self.defaults(options)
+        return {"pad": pad_option(self.name, o["pad"]),
+                "min_accepted": min_accepted_option(self.name, o["min_accepted"]),
+                "spec": presence(self.name, SPEC.name, o["spec"]),
+                "varlen": presence(self.name, VARLEN.name, o["varlen"]),
+                "one_token": one_of(self.name, NONSPEC_TOKENS, o["nonspec_tokens"]) == "1",
+                "dst": presence(self.name, DST_INDICES.name, o["dst_indices"]),
+                "z": presence(self.name, HAS_Z.name, o["has_z"]),
+                "d": presence(self.name, HAS_D.name, o["has_d"]),
+                "dt_bias": presence(self.name, HAS_DT_BIAS.name, o["has_dt_bias"])}
+
+    def admits(self, case: SsmUpdateCase, options) -> bool:
+        n = self._narrowing(options)
+        spec = case.nacc is not None
+        return (case.pad == n["pad"] and (not spec or min(case.nacc, default=1) >= n["min_accepted"])
+                and allowed(spec, n["spec"]) and allowed(case.varlen, n["varlen"])
+                and allowed(case.dst is not None, n["dst"]) and allowed(case.has_z, n["z"])
+                and allowed(case.has_d, n["d"]) and allowed(case.has_dt_bias, n["dt_bias"])
+                and not (n["one_token"] and not spec and max(case.lens, default=0) > 1))
 
     # ------------------------------------------------------------ memory
     @staticmethod
@@ -405,10 +440,21 @@ class SsmUpdate(Contract):
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
+        try:
+            n = self._narrowing(options)
+        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
+            n = self._narrowing({})
         out = dict(self.buckets)
         out["rows"] = ("1", "2-3")
         out["groups"] = ("1",)
-        out["nacc"] = ("none", "1", ">1") + (("0",) if str(options.get("min_accepted", "1")) == "0" else ())
+        out["spec"] = presence_buckets(n["spec"])
+        out["nacc"] = nacc_buckets(n["spec"], n["min_accepted"])
+        out["varlen"] = presence_buckets(n["varlen"])
+        out["empty_rows"] = NO_YES if n["varlen"] is not False else ("no",)
+        out["dst"] = presence_buckets(n["dst"], "in-place", "separate")
+        out["z"] = presence_buckets(n["z"])
+        if n["spec"] is False:  # a pad destination is a spec column's
+            out["pads"] = ("none", "read")
         return out
 
 

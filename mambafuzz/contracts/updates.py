@@ -12,13 +12,27 @@ from mambafuzz.errors import UsageError
 
 from .base import CliOption, Output
 
-# every update contract's CLI options: the engine's pad value and whether nacc can be 0 (docs/contracts.md#pad)
-UPDATE_CLI_OPTIONS = (
-    CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
-                                         "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
-    CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 (0) "
-                                               "or always at least 1"),
-)
+# A presence option: whether the cases carry an optional input (spec decode, varlen, a per-step buffer,
+# z, ...): drawn per case (the default: everything is drawn), always, or never.
+DRAWN, ALWAYS, NEVER = "drawn", "always", "never"
+PRESENCE = (DRAWN, ALWAYS, NEVER)
+
+# every update contract's CLI options: the engine's pad value (docs/contracts.md#pad), whether nacc can
+# be 0, and what an engine's kernel may not take (defaults: everything is drawn)
+PAD = CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
+                                           "2026-02) or 0 (vLLM's null block: slot 0 is never stored)")
+MIN_ACCEPTED = CliOption("min_accepted", ("1", "0"), "1", "whether your engine can issue num_accepted_tokens = 0 "
+                                                          "(0) or always at least 1")
+SPEC = CliOption("spec", PRESENCE, DRAWN, "spec decode (num_accepted_tokens given): drawn per case, always, "
+                                          "or never (a kernel without spec decode: SGLang's SSM and "
+                                          "delta-rule update kernels)")
+NONSPEC_TOKENS = CliOption("nonspec_tokens", ("any", "1"), "any",
+                           "tokens per row without spec decode: any, or at most 1 (a decode-only kernel; vLLM's "
+                           "delta rule stores token t's state to column t there)")
+VARLEN = CliOption("varlen", PRESENCE, DRAWN, "varlen batches (tokens packed, query_start_loc or cu_seqlens "
+                                              "given): drawn per case, always, or never (x is [B, ...]: "
+                                              "SGLang's conv update)")
+UPDATE_CLI_OPTIONS = (PAD, MIN_ACCEPTED, SPEC, NONSPEC_TOKENS)
 RAW = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
 
 
@@ -127,6 +141,40 @@ def min_accepted_option(contract: str, value) -> int:
     if got not in (0, 1):
         raise UsageError(f"{contract} option min_accepted must be 0 or 1, got {value!r}")
     return got
+
+
+def presence(contract: str, name: str, value) -> bool | None:
+    """A presence option's value: None (drawn per case), True (always), False (never); UsageError in one
+    line for anything else."""
+    text = str(value)
+    if text not in PRESENCE:
+        raise UsageError(f"{contract} option {name} must be one of {', '.join(PRESENCE)}, got {value!r}")
+    return None if text == DRAWN else text == ALWAYS
+
+
+def one_of(contract: str, option: CliOption, value) -> str:
+    """A choice option's value as text; UsageError in one line when it is not one of its choices."""
+    text = str(value)
+    if text not in option.choices:
+        raise UsageError(f"{contract} option {option.name} must be one of {', '.join(option.choices)}, "
+                         f"got {value!r}")
+    return text
+
+
+def allowed(value, wanted: bool | None) -> bool:
+    """Whether a case whose input is present (`value`) fits a presence option (None: drawn, anything fits)."""
+    return wanted is None or bool(value) == wanted
+
+
+def presence_buckets(wanted: bool | None, absent: str = "no", present: str = "yes") -> tuple[str, ...]:
+    """The coverage buckets a presence option leaves to draw."""
+    return (absent, present) if wanted is None else (present,) if wanted else (absent,)
+
+
+def nacc_buckets(spec: bool | None, min_accepted: int) -> tuple[str, ...]:
+    """The nacc buckets a run draws reliably: 'none' without spec, counts with it (0 under min_accepted 0)."""
+    counts = ("1", ">1") + (("0",) if min_accepted == 0 else ())
+    return ("none",) if spec is False else counts if spec else ("none",) + counts
 
 
 def rows_dropped(case, fields: tuple[str, ...]):

@@ -68,6 +68,35 @@ def _frame_owner(filename: str) -> str:
     return "user"
 
 
+def chain_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The whole stack at the point the root cause was raised, outermost first.
+
+    Triton's interpreter wraps an exception twice when a Triton library function (``tl.zeros``,
+    ``tl.sum``, ``tl.cdiv``: ``@jit`` functions it runs like the kernel) raises inside a kernel: the
+    root's traceback starts in the interpreter's call of that function, and the kernel's own frame (the
+    line that called it) is only in the wrapper's.  Each exception's traceback runs from the frame that
+    caught it down to where it was raised, so the chain is joined where an outer traceback's last frame
+    is the inner one's first."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__
+    frames: list = []
+    below = None  # the frame object the previous (outer) traceback ended in
+    for item in chain:
+        tb, entries = item.__traceback__, []
+        while tb is not None:
+            entries.append((tb.tb_frame, tb))
+            tb = tb.tb_next
+        if frames and entries and entries[0][0] is below:
+            frames.pop()  # the same frame: the inner exception's entry has the line that raised it
+        for _, tb in entries:
+            frames.append(traceback.extract_tb(tb, limit=1)[0])
+        below = entries[-1][0] if entries else None
+    return frames
+
+
 def root_cause(exc: BaseException) -> BaseException:
     """Triton's interpreter wraps a kernel's exception in ``InterpreterError(repr(e)) from e``."""
     seen = set()
@@ -113,8 +142,11 @@ def classify(exc: BaseException) -> Blame:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     frames = traceback.extract_tb(root.__traceback__)
     owners = [_frame_owner(f.filename) for f in frames]
-    users = [i for i, o in enumerate(owners) if o == "user"]
-    last_user = frames[users[-1]] if users else None
+    # where: the last user frame of the whole stack, the kernel's line when a Triton library function
+    # it called raised (its frame is in the wrapper's traceback, not the root's)
+    stack = chain_frames(exc)
+    users = [f for f in stack if _frame_owner(f.filename) == "user"]
+    last_user = users[-1] if users else None
     where = _where(last_user) if last_user is not None else None
     what = f"{type(root).__name__}: {str(root).strip().splitlines()[0] if str(root).strip() else ''}".rstrip(": ")
     innermost = owners[-1] if owners else "stdlib"
@@ -138,9 +170,9 @@ def classify(exc: BaseException) -> Blame:
                     and source in (last_user.line or ""):
                 return Blame(INTERPRETER, f"Triton {version}'s interpreter cannot run {construct} "
                                           f"({where}); {advice}: inconclusive, not a finding", where, text)
-        at = f" at {where}" if where else ""
-        return Blame(INTERPRETER, f"Triton {version} failed inside its own code running the kernel{at}: "
-                                  f"{what}: inconclusive, not a finding", where, text)
+        at = f" (at {where})" if where else ""
+        return Blame(INTERPRETER, f"Triton {version}'s interpreter failed running the kernel: {what}{at}: "
+                                  f"inconclusive, not a finding", where, text)
     if decider == "mambafuzz" or decider is None:
         inner = frames[-1] if frames else None
         at = f" ({os.path.basename(inner.filename)}:{inner.lineno} in {inner.name})" if inner else ""

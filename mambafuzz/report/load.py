@@ -66,6 +66,7 @@ class TargetRow:
     zoo_id: str | None = None
     bug: str | None = None
     caught: bool | None = None
+    options: dict = field(default_factory=dict)  # the contract options that narrowed its draws
 
     @property
     def rate_upper95(self) -> float:
@@ -197,7 +198,9 @@ def _target(path: Path, where: str, body) -> TargetRow:
                      status=str(body.get("status", "finding" if finding else "?")),
                      stop=str(body.get("stop", "?")), why=body.get("why"), seconds=float(seconds),
                      finding=_finding(path, where, finding) if finding else None, tally=tally,
-                     zoo_id=body.get("zoo_id"), bug=body.get("bug"), caught=body.get("caught"), **counts)
+                     zoo_id=body.get("zoo_id"), bug=body.get("bug"), caught=body.get("caught"),
+                     options={str(k): str(v) for k, v in (body.get("options") or {}).items()}
+                     if isinstance(body.get("options"), dict) else {}, **counts)
 
 
 def _finding(path: Path, where: str, body: dict, file: Path | None = None) -> FindingView:

@@ -109,6 +109,14 @@ def _rejected(tally) -> str:
     return f'<br><span class="muted" title="{_e(reasons)}">+{tally.rejected} rejected by the target</span>'
 
 
+def _narrowed(options: dict) -> str:
+    """The contract options a target's draws were narrowed by (what its verdict does not cover)."""
+    if not options:
+        return ""
+    text = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f'<br><span class="muted" title="contract options: what the draws left out">{_e(text)}</span>'
+
+
 def _targets_table(report: Report) -> str:
     head = ["target", "contract", "outcome", "stop", "examples", "failed reps k/N (95% bound)", "time",
             "shrunk case / why"]
@@ -124,7 +132,7 @@ def _targets_table(report: Report) -> str:
         rate = (f"{t.finding.kind} (deterministic)" if t.finding and t.finding.deterministic
                 else _rate(t.failed_reps, t.reps, t.rate_upper95))
         cells = [f'<a href="#finding-{_e(t.target)}">{_e(t.target)}</a>' if t.finding else _e(t.target),
-                 _e(t.contract), f'<span class="badge" style="background:{colour}">{_e(word)}</span>',
+                 _e(t.contract) + _narrowed(t.options), f'<span class="badge" style="background:{colour}">{_e(word)}</span>',
                  _e(t.stop), f'<td class="num">{t.examples}{_rejected(t.tally)}</td>',
                  f'<td class="num">{_e(rate)}</td>',
                  f'<td class="num">{t.seconds:.1f} s</td>', case]

@@ -281,6 +281,7 @@ class Session:
         rep.rejected = [m for b in partial.values() for m in b.get("rejected", [])]
         rep.min_examples = max(b.get("min_examples", 1) for b in partial.values())
         rep.tally = Tally.merged([Tally.from_json(b) for b in partial.values()])  # coverage, race map
+        rep.options = dict(body.get("options") or rep.options)  # the contract options: every worker's same
         for key in ("stop", "detail"):
             if body.get(key):
                 setattr(rep, key, body[key])

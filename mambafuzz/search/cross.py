@@ -78,28 +78,31 @@ class Witness:
         return text
 
 
-def _request(target, case, shrink_seconds: float, compiled=None) -> dict[str, Any]:
+def _request(target, case, shrink_seconds: float, compiled=None, options: dict | None = None) -> dict[str, Any]:
     from mambafuzz.cli.targets import user_info
 
     info = user_info(target.name) or {}
     return {"target": target.name, "contract": case.contract, "overlap": getattr(target, "overlap", "full"),
             "target_path": info.get("target_path"), "case": case.to_json(), "shrink_seconds": shrink_seconds,
-            **({"compiled": compiled.to_json()} if compiled is not None else {})}
+            **({"compiled": compiled.to_json()} if compiled is not None else {}),
+            "options": {k: v for k, v in (options or {}).items() if isinstance(v, (str, int, bool))}}
 
 
 def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float = 30.0,
-                compiled=None) -> Witness:
+                compiled=None, options: dict | None = None) -> Witness:
     """Run `case` on `target` under the CPU race recorder in a child; never raises.
 
     `compiled`: the GPU verdict's ``Mismatch`` on this case; the child says where the interpreted
-    values differ from it (``Witness.divergence``)."""
+    values differ from it (``Witness.divergence``).  `options`: the run's contract options, which the
+    child's shrinking keeps to (``Contract.admits``)."""
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "MAMBAFUZZ_DEVICE")}
     env["TRITON_INTERPRET"] = "1"
     env["MAMBAFUZZ_DEVICE"] = "cpu"
     env["CUDA_VISIBLE_DEVICES"] = ""  # the child needs no GPU, and must not touch the parent's context
     try:
-        request = json.dumps(_request(target, case, min(shrink_seconds, max(1.0, timeout - 10)), compiled))
+        request = json.dumps(_request(target, case, min(shrink_seconds, max(1.0, timeout - 10)), compiled,
+                                      options))
         proc = subprocess.run([sys.executable, "-m", "mambafuzz.search.cross"], input=request, capture_output=True,
                               text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -163,7 +166,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
             return True
         return False
 
-    shrunk, _ = reduce_case(case, still_fails, lambda: time.monotonic() <= end)
+    shrunk, _ = reduce_case(case, still_fails, lambda: time.monotonic() <= end, options=request.get("options"))
     return Witness(WITNESSED, summary=first.summary(), verdict=first.to_json(), cpu_case=shrunk.to_json(),
                    cpu_summary=shrunk.describe(), cpu_size=list(shrunk.size), divergence=divergence)
 

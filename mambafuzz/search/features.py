@@ -325,13 +325,17 @@ def observe_rejection(tally: Tally, reason: str) -> None:
     emit({"rejected": reason})
 
 
-def summary_lines(target: str, tally: Tally, *, warn: bool = True, width: int = 80) -> list[str]:
-    """Plain lines, each at most `width` columns: per feature how many examples drew each bucket; then
-    (with `warn`) the expected buckets never drawn; then the cases the target rejected, by reason."""
+def summary_lines(target: str, tally: Tally, *, warn: bool = True, width: int = 80,
+                  options: dict | None = None) -> list[str]:
+    """Plain lines, each at most `width` columns: per feature how many examples drew each bucket (under
+    the contract `options` that narrowed the draws, named in the head line); then (with `warn`) the
+    expected buckets never drawn; then the cases the target rejected, by reason."""
     rejected = rejection_lines(target, tally, width=width)
     if not tally.examples:
         return rejected
-    lines = [f"coverage of {target} ({tally.examples} examples):"]
+    narrowed = "".join(f", {k}={v}" for k, v in (options or {}).items())
+    lines = textwrap.wrap(f"coverage of {target} ({tally.examples} examples{narrowed}):", width=width,
+                          subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
     body = tally.to_json()["coverage"]["features"]
     for name, counts in body.items():
         lines += pack(f"  {name}: ", [f"{label} {n}" for label, n in counts.items()], ", ", width)

@@ -45,6 +45,7 @@ from mambafuzz.search import features
 from mambafuzz.search import flaky
 from mambafuzz.run import interrupt
 from mambafuzz.run.clock import Deadline
+from mambafuzz import contracts
 from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts.cases import Case
 from mambafuzz.judge.engine import Verdict, run_case
@@ -97,6 +98,7 @@ class TargetReport:
     min_examples: int = 1          # fewer valid examples than this is not a clean run
     finished: bool = False         # the target's run has ended (the live view prints it once)
     uninstrumented: dict[str, str] = field(default_factory=dict)  # user kernels run without warp delays: why
+    options: dict[str, str] = field(default_factory=dict)  # its contract's options away from their defaults
     tally: features.Tally = field(default_factory=features.Tally)  # coverage, race map, examples over time
 
     @property
@@ -136,7 +138,7 @@ class TargetReport:
                 "failed_reps": self.failed_reps, "seconds": round(self.seconds, 3),
                 "min_examples": self.min_examples, "interrupted": self.interrupted, "written": self.written,
                 "rejected": list(self.rejected), "uninstrumented": dict(self.uninstrumented),
-                "finding": self.finding.to_json() if self.finding is not None else None, **self.tally.to_json()}
+                "options": dict(self.options), "finding": self.finding.to_json() if self.finding is not None else None, **self.tally.to_json()}
 
     @classmethod
     def from_json(cls, body: dict) -> "TargetReport":
@@ -148,6 +150,7 @@ class TargetReport:
                    interrupted=body.get("interrupted", False), written=body.get("written", False),
                    rejected=list(body.get("rejected", [])), min_examples=body.get("min_examples", 1),
                    uninstrumented=dict(body.get("uninstrumented") or {}),
+                   options={str(k): str(v) for k, v in (body.get("options") or {}).items()},
                    finding=findings.Finding.from_json(finding) if finding else None,
                    tally=features.Tally.from_json(body))
 
@@ -403,6 +406,11 @@ def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport, best: _B
     return verdict
 
 
+def target_options(target, opts: FuzzOptions) -> dict:
+    """The contract options `target` is fuzzed under: the run's, its overlap, its own (a zoo row's)."""
+    return {**opts.contract_options, "overlap": target.overlap, **getattr(target, "options", {})}
+
+
 def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> bool:
     """Case-level reduction of the best failure, inside the shrink budget; whether it ran to its end
     (no smaller candidate fails) rather than being cut short."""
@@ -424,7 +432,7 @@ def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> bool:
         cut[0] = cut[0] or not ok
         return ok
 
-    reduce_case(best.case, still_fails, budget_ok)
+    reduce_case(best.case, still_fails, budget_ok, options=target_options(target, opts))
     # a GPU candidate judged by k/N gets fewer batches near the end: past it, "passes" is not sure
     return not cut[0] and not (opts.flaky and time.monotonic() > shrink_end)
 
@@ -454,7 +462,8 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
     if opts.witness and left > 5:
         seconds = min(opts.witness_seconds, left)
         witness = cross.cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6,
-                                    compiled=best.verdict.mismatch if best.verdict is not None else None)
+                                    compiled=best.verdict.mismatch if best.verdict is not None else None,
+                                    options=target_options(target, opts))
         best.witness = witness
         if witness.status == cross.WITNESSED and witness.cpu_case is not None:
             smaller = case_from_json(witness.cpu_case)
@@ -504,7 +513,8 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         report.detail = "not run: its share of --time had ended when it was to start"
         report.finished = True
         return report
-    options = {**opts.contract_options, "overlap": target.overlap, **getattr(target, "options", {})}
+    options = target_options(target, opts)
+    report.options = contracts.get(target.contract).narrowed(options)
     strategy = strategies.for_contract(target.contract, profile=opts.profile, **options)
     best = _Best(target, opts, report, start, on_finding)
     report.tally.expect(target.contract, profile=opts.profile, device=opts.device, options=options)

@@ -28,9 +28,10 @@ from mambafuzz import contracts
 from mambafuzz.contracts.cases import Case
 
 
-def candidates(case: Case) -> Iterator[Case]:
+def candidates(case: Case, options: dict | None = None) -> Iterator[Case]:
     """Valid, strictly smaller cases (by ``Case.size``), biggest cuts first (the race amplification
-    first of all)."""
+    first of all), each one the contract's strategy could draw under `options` (``Contract.admits``:
+    a kernel narrowed to what it takes is never handed a case outside it)."""
     contract = contracts.of(case)
     if getattr(case, "perturb", None) is not None:
         yield dataclasses.replace(case, perturb=None)
@@ -39,8 +40,8 @@ def candidates(case: Case) -> Iterator[Case]:
         raw = itertools.chain(raw, [case.with_seed(0)])
     seen = {case}
     for smaller in raw:
-        if smaller in seen or not contract.valid(smaller):
-            continue  # a cut that changed nothing (already compact), or one that broke the geometry
+        if smaller in seen or not contract.valid(smaller) or not contract.admits(smaller, options or {}):
+            continue  # a cut that changed nothing (already compact), broke the geometry, or left the narrowing
         seen.add(smaller)
         yield smaller
 
@@ -55,13 +56,14 @@ def same_value_only(verdict) -> bool:
     return all(h.to_json().get("same_value") for h in verdict.hazards)
 
 
-def reduce_case(case: Case, still_fails: Callable[[Case], bool], budget_ok: Callable[[], bool]) -> tuple[Case, int]:
-    """Greedy: take any smaller candidate that still fails, until none does."""
+def reduce_case(case: Case, still_fails: Callable[[Case], bool], budget_ok: Callable[[], bool],
+                options: dict | None = None) -> tuple[Case, int]:
+    """Greedy: take any smaller candidate that still fails, until none does (within `options`)."""
     tried = 0
     progress = True
     while progress and budget_ok():
         progress = False
-        for smaller in candidates(case):
+        for smaller in candidates(case, options):
             if not budget_ok():
                 break
             tried += 1

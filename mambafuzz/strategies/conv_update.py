@@ -9,6 +9,10 @@ step reads or stores (a 32-bit ``slot * stride`` wraps; 16-bit states, within
 the sparse arena's 8 GiB) or past 2 GiB of bytes (32-bit states), reached by a
 slot number, not a huge stride.
 Live rows never share a slot (the oracle calls that ill-posed).
+
+Narrowed by the contract's options to what a user's kernel takes: the slot
+layouts, the widest window, spec decode, varlen batches and prefix caching
+present always or never, one token a row without spec decode.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from hypothesis import strategies as st
 
 from mambafuzz.contracts.cases.conv_update import DTYPES, LAYOUTS, ConvUpdateCase
 
+from .narrow import presence
 from .perturb import maybe_perturb
 from .profiles import Profile
 
@@ -30,24 +35,28 @@ def _limits(profile: Profile) -> dict:
 
 
 @st.composite
-def conv_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False):
+def conv_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False,
+                      layouts: tuple = LAYOUTS, max_width: int = 6, spec: bool | None = None,
+                      varlen: bool | None = None, apc: bool | None = None, one_token: bool = False):
+    """`layouts`, `max_width`: what the kernel takes; `spec`, `varlen`, `apc` (prefix caching): None drawn,
+    True always, False never; `one_token`: at most one token a row without spec decode."""
     lim = _limits(profile)
     dtype = draw(st.sampled_from(tuple(DTYPES)))
     elem = DTYPES[dtype]
-    layout = draw(st.sampled_from(LAYOUTS))
-    width = draw(st.integers(2, 6))
+    layout = draw(st.sampled_from(tuple(layouts)))
+    width = draw(st.integers(2, max_width))
     dim = draw(st.integers(1, lim["dim"]) | st.integers(lim["dim"], lim["wide_dim"]))
     rows = draw(st.integers(1, lim["rows"]))
-    spec = draw(st.booleans())
-    varlen = draw(st.booleans())
-    max_len = draw(st.integers(1, 8))
+    spec = presence(draw, spec)
+    varlen = presence(draw, varlen)
+    max_len = 1 if one_token and not spec else draw(st.integers(1, 8))
     lens = tuple(draw(st.integers(0, max_len)) if varlen else max_len for _ in range(rows))
     longest = max(lens)
     need = width - 2 + longest if spec else width - 1
     state_len = max(need, 1) + draw(st.sampled_from([0, 0, 0, 1, 3]))
-    cols = draw(st.integers(1, lim["cols"]))
+    cols = draw(st.integers(2 if apc else 1, lim["cols"]))
     idx_2d = cols > 1 or draw(st.booleans())
-    apc = cols > 1 and draw(st.booleans())
+    apc = cols > 1 and presence(draw, apc)
 
     # slots: each live row gets its own fresh ones (pad 0 keeps slot 0 the null block)
     first = 0 if pad == -1 else 1

@@ -7,6 +7,9 @@ than their columns; the per-step buffer half the time, half of those with fewer 
 sequence's tokens (a kernel must not cache past them).  Live sequences never share a slot or a
 buffer row (the oracle calls that ill-posed).  The CPU profile is small (K, V 4..16, at most 4
 tokens and 4 sequences): every program is interpreted.
+
+Narrowed by the contract's options to what a user's kernel takes: the pool layouts, the gate kinds,
+spec decode and the per-step buffer present always or never, one token a sequence without spec decode.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from hypothesis import strategies as st
 
 from mambafuzz.contracts.cases.delta_update import DTYPES, LAYOUTS, DeltaUpdateCase
 
+from .narrow import presence
 from .perturb import maybe_perturb
 from .profiles import Profile
 
@@ -25,13 +29,17 @@ def _limits(profile: Profile) -> dict:
 
 
 @st.composite
-def delta_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False):
+def delta_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False,
+                       layouts: tuple = LAYOUTS, kda: bool | None = None, spec: bool | None = None,
+                       buffer: bool | None = None, one_token: bool = False):
+    """`layouts`: the pool layouts the kernel takes; `kda` (a per-K gate), `spec`, `buffer` (the per-step
+    buffer): None drawn, True always, False never; `one_token`: at most one token a sequence without spec."""
     lim = _limits(profile)
     key_dim = draw(st.sampled_from(lim["dims"]))
     value_dim = key_dim if draw(st.integers(0, 3)) == 0 else draw(st.sampled_from(lim["dims"]))
     rows = draw(st.integers(1, lim["rows"]))
-    spec = draw(st.booleans())
-    max_len = draw(st.integers(1, lim["tokens"]))
+    spec = presence(draw, spec)
+    max_len = 1 if one_token and not spec else draw(st.integers(1, lim["tokens"]))
     lens = tuple(draw(st.integers(0, max_len)) for _ in range(rows))
     longest = max(lens)
     cols = (max(longest, 1) + draw(st.sampled_from([0, 0, 1]))) if spec else draw(st.integers(1, 3))
@@ -58,7 +66,7 @@ def delta_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int 
         idx[1] = (idx[0][0],) + idx[1][1:]  # row 1 stores (or reads) the slot row 0 stores
 
     inter_rows, cache_steps, inter_idx = 0, 0, None
-    if draw(st.booleans()):
+    if presence(draw, buffer):
         inter_rows = rows + draw(st.sampled_from([0, 0, 1, 2]))
         short = draw(st.booleans()) and longest > 1
         cache_steps = draw(st.integers(1, longest - 1)) if short else max(longest, 1) + draw(st.sampled_from([0, 0, 1]))
@@ -66,9 +74,9 @@ def delta_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int 
         inter_idx = tuple(-1 if draw(st.integers(0, 5)) == 0 else order[n] for n in range(rows))
     return DeltaUpdateCase(
         arena_size=64, dtype=draw(st.sampled_from(tuple(DTYPES))), act_dtype=draw(st.sampled_from(tuple(DTYPES))),
-        layout=draw(st.sampled_from(LAYOUTS)), slots=slot_count, heads=draw(st.integers(1, lim["heads"])),
+        layout=draw(st.sampled_from(tuple(layouts))), slots=slot_count, heads=draw(st.integers(1, lim["heads"])),
         group=draw(st.integers(1, lim["group"])), key_dim=key_dim, value_dim=value_dim, lens=lens,
         idx=tuple(idx), idx_2d=idx_2d, idx_stride=cols + draw(st.sampled_from([0, 0, 1, 3])),
-        nacc=tuple(nacc) if spec else None, pad=pad, kda=draw(st.booleans()), beta_per_v=draw(st.booleans()),
+        nacc=tuple(nacc) if spec else None, pad=pad, kda=presence(draw, kda), beta_per_v=draw(st.booleans()),
         l2norm=draw(st.booleans()), inter_rows=inter_rows, cache_steps=cache_steps, inter_idx=inter_idx,
         seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))

@@ -8,6 +8,10 @@ heads, and, in ``exact`` cases (values the fp32 math keeps exact, so the pool
 is compared byte for byte in the arena), one in ``huge_one_in`` with a named
 slot past 2^31 elements (16-bit states) or 2 GiB of bytes, reached by a slot
 number.  Live rows never share a slot.
+
+Narrowed by the contract's options to what a user's kernel takes: spec
+decode, varlen batches, a separate dst table and each of z, D and dt_bias
+present always or never, one token a row without spec decode.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from hypothesis import strategies as st
 
 from mambafuzz.contracts.cases.ssm_update import DTYPES, SsmUpdateCase
 
+from .narrow import presence
 from .perturb import maybe_perturb
 from .profiles import Profile
 
@@ -29,7 +34,12 @@ def _limits(profile: Profile) -> dict:
 
 
 @st.composite
-def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False):
+def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False,
+                     spec: bool | None = None, varlen: bool | None = None, one_token: bool = False,
+                     dst: bool | None = None, z: bool | None = None, d: bool | None = None,
+                     dt_bias: bool | None = None):
+    """`spec`, `varlen`, `dst` (a separate dst table), `z`, `d`, `dt_bias`: None drawn, True always, False
+    never; `one_token`: at most one token a row without spec decode."""
     lim = _limits(profile)
     dtype = draw(st.sampled_from(tuple(DTYPES)))
     io_dtype = draw(st.sampled_from(tuple(DTYPES)))
@@ -38,15 +48,15 @@ def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 
     dim = draw(st.integers(*lim["dim"]))
     dstate = draw(st.integers(*lim["dstate"]))
     rows = draw(st.integers(1, lim["rows"]))
-    spec = draw(st.booleans())
-    varlen = draw(st.booleans())
+    spec = presence(draw, spec)
+    varlen = presence(draw, varlen)
     cols = draw(st.integers(1, lim["cols"]))
     if varlen:
-        top = cols if spec else 4
+        top = cols if spec else 1 if one_token else 4
         lens = tuple(draw(st.integers(0, top)) for _ in range(rows))
     else:
         lens = (1,) * rows
-    separate_dst = draw(st.booleans())
+    separate_dst = presence(draw, dst)
     exact = draw(st.booleans())
 
     first = 0 if pad == -1 else 1  # pad 0 keeps slot 0 the null block
@@ -105,6 +115,6 @@ def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 
         groups=groups, dim=dim, dstate=dstate, slot_stride=slot_stride, lens=lens,
         src=tuple(map(tuple, src)), dst=tuple(map(tuple, dst)) if separate_dst else None,
         idx_col_stride=col_stride, idx_row_stride=row_stride, nacc=tuple(nacc) if spec else None, varlen=varlen,
-        has_z=draw(st.booleans()), has_d=draw(st.booleans()), has_dt_bias=draw(st.booleans()),
+        has_z=presence(draw, z), has_d=presence(draw, d), has_dt_bias=presence(draw, dt_bias),
         softplus=not exact and draw(st.booleans()), a_per_head=draw(st.booleans()), exact=exact, pad=pad,
         seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))

@@ -184,16 +184,87 @@ def test_a_saved_crash_that_still_fails_shows_the_test_line_not_mambafuzz_frames
     assert len(_failure_report(out)) < 25, out
 
 
+NO_GPU = "import mambafuzz.pytest_plugin\nmambafuzz.pytest_plugin.GPU_DRIVER_FILES = ()  # this machine: no GPU\n"
+
+
 @pytest.mark.slow
 @pytest.mark.matrix
-def test_a_saved_crash_run_without_a_device_option_gives_one_line_with_the_hint(corpus):
+def test_without_a_gpu_a_plain_run_picks_the_cpu_and_replays_the_saved_crash(corpus, tmp_path):
+    """No device option, no GPU: the plugin chooses the CPU before the test module defines its kernel, so
+    the saved crash replays and still fails, and the header says why the run is on the CPU."""
     folder, _, saved = corpus
-    proc = _pytest(folder, "test_user.py")  # the kernel is defined compiled; this CPU run cannot launch it
+    run = tmp_path / "plain"
+    shutil.copytree(folder, run)
+    (run / "conftest.py").write_text(NO_GPU)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_user.py"], cwd=run,
+                          env=_env(), capture_output=True, text=True, timeout=400)  # not -q: the header
+    out = proc.stdout
+    assert "mambafuzz: no GPU found: device cpu (Triton's interpreter, race check)" in out, out[:2000]
+    assert proc.returncode == 1 and "(a saved crash file, replayed before fuzzing, still fails)" in out, \
+        out[-3000:] + proc.stderr[-2000:]
+    assert f"rerun: pytest {run / 'test_user.py'}::test_tail_drop --mambafuzz-device cpu" in out
+
+
+@pytest.mark.slow
+@pytest.mark.matrix
+def test_kernels_defined_compiled_in_a_cpu_check_say_so_first_in_one_line(corpus):
+    """Without the plugin (nothing chooses the device before the module defines its kernel) the check runs on
+    the CPU and cannot launch it: inconclusive, the reason and what to set first, then the saved case."""
+    folder, _, saved = corpus
+    proc = _pytest(folder, "test_user.py", "-p", "no:mambafuzz")
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
-    (line,) = [ln for ln in out.splitlines() if ln.startswith("E ") and "could not be checked" in ln]
-    assert f"saved case {saved} could not be checked" in line
-    assert line.endswith("; your kernels were defined compiled: set TRITON_INTERPRET=1 "
-                         "(or pytest --mambafuzz-device cpu) before they are imported"), line
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("E ") and "Inconclusive" in ln]
+    message = line.split("mambafuzz.errors.Inconclusive: ", 1)[1]
+    assert message.startswith("your kernels were defined compiled but this run is on the CPU: set "
+                              "TRITON_INTERPRET=1"), message
+    assert f"target test_user:tail_drop, saved case {saved.relative_to(folder)}: " in message, message
+    assert "TRITON_INTERPRET=1" in message[:100], message
     assert "The above exception was the direct cause" not in out and "_replay_saved" not in out, out
     assert len(_failure_report(out)) < 20, out
+
+
+HEADER_TEST = """
+import os
+
+AT_IMPORT = os.environ.get("TRITON_INTERPRET")
+
+
+def test_device():
+    print("AT_IMPORT", AT_IMPORT)
+"""
+
+
+@pytest.mark.parametrize("gpu, header, interpret", [
+    (False, "mambafuzz: no GPU found: device cpu (Triton's interpreter, race check)", "1"),
+    (True, "mambafuzz: device per check (default cpu); --mambafuzz-device sets it", "None"),
+])
+def test_the_header_says_which_device_a_plain_run_uses(tmp_path, gpu, header, interpret):
+    """No GPU: the CPU is chosen before collection (TRITON_INTERPRET=1 when the test module is imported).
+    A GPU driver present: nothing is chosen (each check's own device), and the header says how to."""
+    (tmp_path / "conftest.py").write_text(NO_GPU if not gpu else
+                                          "import mambafuzz.pytest_plugin\n"
+                                          "mambafuzz.pytest_plugin.GPU_DRIVER_FILES = ('/',)  # a driver\n")
+    (tmp_path / "test_header.py").write_text(HEADER_TEST)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "test_header.py"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)  # not -q: the header
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("mambafuzz: ")]
+    assert line == header and len(line) <= 80
+    assert f"AT_IMPORT {interpret}" in proc.stdout
+
+
+def test_an_inconclusive_check_says_why_in_its_first_100_characters():
+    from mambafuzz.api import inconclusive_text
+
+    target = "engine.tests.ops.test_mamba_state_updates:selective_state_update_with_spec_decode_adapter"
+    why = "only 3 valid example(s), 10 needed (the target rejected 57: no varlen batches (57))"
+    assert inconclusive_text(target, why, "cpu").startswith("only 3 valid example(s), 10 needed")
+    saved = "/very/long/path/" + "x" * 120 + "/crashes/ssm_update/abc.json"
+    text = inconclusive_text(target, "internal error in mambafuzz (oracle.py:12 in f): KeyError: 3", "cpu",
+                             saved=saved)
+    assert "internal error" in text[:100] and text.endswith(f"; target {target}, saved case {saved}")
+    compiled = inconclusive_text(target, "Triton 3.9.0's interpreter failed running the kernel: RuntimeError: "
+                                         "0 active drivers ([]). There should only be one.", "cpu")
+    assert "defined compiled but this run is on the CPU: set TRITON_INTERPRET=1" in compiled[:100]
+    assert "\n" not in text + compiled

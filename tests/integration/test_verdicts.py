@@ -78,6 +78,35 @@ def test_an_error_inside_triton_is_inconclusive_naming_the_kernel_line():
     assert "if q > p" in message and "\n" not in message
 
 
+@triton.jit
+def _library_call_kernel(p, BLOCK: tl.constexpr, ZERO: tl.constexpr, SHAPE: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    if ZERO == 0:
+        n = tl.cdiv(BLOCK, ZERO)  # raises inside tl.cdiv, a Triton @jit function the interpreter runs
+    else:
+        n = offs + tl.zeros((SHAPE,), tl.int32)  # raises inside tl.zeros: 3 is no power of two
+    tl.store(p + offs, n)
+
+
+@pytest.mark.parametrize("zero, shape, expression, reason", [
+    (0, 4, "n = tl.cdiv(BLOCK, ZERO)", "ZeroDivisionError"),
+    (1, 3, "n = offs + tl.zeros((SHAPE,), tl.int32)", "ValueError: Shape element 0"),
+])
+def test_an_error_inside_a_triton_library_call_names_the_kernels_line(zero, shape, expression, reason):
+    """The interpreter runs tl.cdiv and tl.zeros like the kernel and wraps their exception twice: the kernel's
+    frame is only in the outer traceback, and the launch line is the last user frame of the root's."""
+    def adapter(src_ptrs, dst_ptrs, sizes, *, arena):
+        _library_call_kernel[(1,)](arena, BLOCK=4, ZERO=zero, SHAPE=shape)
+
+    with pytest.raises(Inconclusive) as info:
+        run_case(adapter, CASE, "cpu")
+    message = str(info.value)
+    line = next(i for i, text in enumerate(open(__file__), 1) if text.split("#")[0].strip() == expression)
+    assert f"test_verdicts.py:{line}: {expression}" in message, message
+    assert reason in message[:100] and "\n" not in message, message
+    assert "_library_call_kernel[(1,)]" not in message, message  # not the launch
+
+
 def test_an_error_in_mambafuzz_itself_is_internal(monkeypatch):
     from mambafuzz.racecheck import events
 
