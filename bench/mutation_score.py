@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import random
+import shlex
 import shutil
 import sys
 import time
@@ -207,8 +208,8 @@ def run(args) -> dict:
             row["killed"] = before["killed"]
             items = [w for w in items if (w.mutations[0].start_pos[0], w.mutations[0].operator_name,
                                           w.mutations[0].occurrence) in again]
-        cmd = list(PYTEST) + list(target.tests)
-        ok, base = _run(cmd, work, 900)
+        command = shlex.join(list(PYTEST) + list(target.tests))  # one string, as cosmic-ray runs it
+        ok, base = _run(shlex.split(command), work, 900)  # the baseline runs the very command the mutants do
         row["baseline_s"] = round(base, 1)
         if not ok:
             row["error"] = "the tests fail on the unmutated tree"
@@ -219,7 +220,7 @@ def run(args) -> dict:
                 row["not_run"] += 1
                 continue
             spec = w.mutations[0]
-            result = mutate_and_test(w.mutations, " ".join(cmd), timeout)
+            result = mutate_and_test(w.mutations, command, timeout)
             if result.is_killed:
                 row["killed"] += 1
             else:

@@ -39,6 +39,7 @@ KINDS = {
     "SSM-I32":        ("ssm_update",    "mismatch oob",      "fault mismatch"),
     "SS-WW":          ("state_scatter", "mismatch race",     "mismatch"),
     "SS-FREED0":      ("state_scatter", "mismatch race",     "mismatch"),
+    "SS-I32":         ("state_scatter", "mismatch oob race", "fault mismatch"),
 }
 
 
