@@ -17,7 +17,9 @@ fresh process (slower: a pytest start per mutant, hence the sample).
 Which mutants: every operator cosmic-ray has, on the lines of the definitions a target names (all of its
 module when it names none); one mutant per (line, operator, original operand) -- ``a + b`` is one
 plausible slip, whichever operator replaces ``+`` -- and of those a seeded sample of ``--per-target``.
-The same tree and seed give the same sample.  Each target's tests run once unmutated first: a target whose
+The same tree and seed give the same sample.  Each target gets an equal share of the budget left when its
+turn comes (what it leaves goes to the next); a mutant that would start past its share is "not run".
+Each target's tests run once unmutated first: a target whose
 tests fail unmutated is reported, not scored.  A mutant is killed when its tests fail, crash or outrun
 ``timeout`` (cosmic-ray's own: the baseline's time times 4, at least 60 s); incompetent mutants (the module
 no longer imports) count as killed, as cosmic-ray counts them.
@@ -61,7 +63,8 @@ COMPARE_TESTS = ("tests/unit/test_device_compare.py", "tests/unit/test_outputs.p
 
 TARGETS = (
     # the update contracts' oracles
-    Target("mambafuzz/oracle/conv_update.py", (), ("tests/unit/test_conv_update.py", "tests/unit/test_update_checks.py")),
+    Target("mambafuzz/oracle/conv_update.py", (), ("tests/unit/test_conv_update.py",
+                                                   "tests/unit/test_update_checks.py")),
     Target("mambafuzz/oracle/ssm_update.py", (), ("tests/unit/test_ssm_update.py", "tests/unit/test_oracle_tensors.py",
                                                   "tests/unit/test_update_checks.py")),
     Target("mambafuzz/oracle/delta_update.py", (), ("tests/unit/test_delta_update.py",
@@ -193,6 +196,7 @@ def run(args) -> dict:
     chosen = [t for t in TARGETS if not args.only or any(o in t.path for o in args.only)]
     report = {"seed": args.seed, "per_target": args.per_target, "budget_s": args.budget, "targets": []}
     for i, target in enumerate(chosen):
+        share_end = time.monotonic() + (deadline - time.monotonic()) / (len(chosen) - i)  # what is left, shared
         row = {"path": target.path, "defs": list(target.defs), "tests": list(target.tests),
                "sha": _sha(work / target.path), "killed": 0, "survived": [], "not_run": 0}
         report["targets"].append(row)
@@ -216,7 +220,7 @@ def run(args) -> dict:
             continue
         timeout = max(60.0, 4 * base)
         for w in items:
-            if time.monotonic() + base > deadline:
+            if time.monotonic() + base > share_end:
                 row["not_run"] += 1
                 continue
             spec = w.mutations[0]
@@ -238,7 +242,8 @@ def run(args) -> dict:
 
 
 def markdown(report: dict) -> str:
-    lines = ["| module | definitions | sampled | killed | survived | not run |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| module | definitions | sampled | killed | survived | not run |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for r in report["targets"]:
         if "error" in r:
             lines.append(f"| `{r['path']}` | | | | | {r['error']} |")

@@ -50,8 +50,10 @@ def check_int(name: str, value, low: int | None = None, high: int = INT64 - 1) -
     if low is not None and value < low:
         bound = "positive" if low == 1 else "non-negative" if low == 0 else f">= {low}"
         raise CaseError(f"case field {name!r} must be {bound}, got {value}")
-    if not -INT64 <= value <= high:
+    if value > high:
         raise CaseError(f"case field {name!r} must be at most {high}, got {show(value)}")
+    if value < -INT64:
+        raise CaseError(f"case field {name!r} must fit in 64 bits, got {show(value)}")
 
 
 def check_int_list(name: str, value, low: int | None = None, length: int | None = None,
