@@ -56,42 +56,42 @@ class Target:
     tests: tuple[str, ...]
 
 
+EDGES = "tests/unit/test_oracle_edges.py"
+CHECKS = "tests/unit/test_update_checks.py"
 UPDATE_TESTS = ("tests/unit/test_conv_update.py", "tests/unit/test_ssm_update.py", "tests/unit/test_delta_update.py",
-                "tests/unit/test_state_scatter.py", "tests/unit/test_update_checks.py")
+                "tests/unit/test_state_scatter.py", CHECKS, EDGES)
 STRATEGY_TESTS = ("tests/unit/test_expected_features.py", "tests/unit/test_cases_strategies.py")
-COMPARE_TESTS = ("tests/unit/test_device_compare.py", "tests/unit/test_outputs.py", "tests/unit/test_update_checks.py")
+COMPARE_TESTS = ("tests/unit/test_device_compare.py", "tests/unit/test_outputs.py", CHECKS)
+ORACLE = ("tests/unit/test_oracle.py", EDGES)
 
 TARGETS = (
     # the update contracts' oracles
-    Target("mambafuzz/oracle/conv_update.py", (), ("tests/unit/test_conv_update.py",
-                                                   "tests/unit/test_update_checks.py")),
+    Target("mambafuzz/oracle/conv_update.py", (), ("tests/unit/test_conv_update.py", CHECKS)),
     Target("mambafuzz/oracle/ssm_update.py", (), ("tests/unit/test_ssm_update.py", "tests/unit/test_oracle_tensors.py",
-                                                  "tests/unit/test_update_checks.py")),
+                                                  CHECKS, EDGES)),
     Target("mambafuzz/oracle/delta_update.py", (), ("tests/unit/test_delta_update.py",
-                                                    "tests/unit/test_oracle_tensors.py",
-                                                    "tests/unit/test_update_checks.py")),
+                                                    "tests/unit/test_oracle_tensors.py", CHECKS, EDGES)),
     Target("mambafuzz/oracle/state_scatter.py", (), ("tests/unit/test_state_scatter.py",)),
     Target("mambafuzz/oracle/_xp.py", (), ("tests/unit/test_oracle_tensors.py",)),
     # the copy contracts' oracles
-    Target("mambafuzz/oracle/memmove.py", (), ("tests/unit/test_oracle.py",)),
+    Target("mambafuzz/oracle/memmove.py", (), ORACLE),
     Target("mambafuzz/oracle/state_copy.py", (), ("tests/unit/test_oracle.py",)),
-    Target("mambafuzz/oracle/pools.py", (), ("tests/unit/test_oracle.py",)),
-    Target("mambafuzz/oracle/align.py", (), ("tests/unit/test_oracle.py",)),
-    Target("mambafuzz/oracle/_checks.py", (), ("tests/unit/test_oracle.py", "tests/unit/test_delta_update.py")),
+    Target("mambafuzz/oracle/pools.py", (), ORACLE),
+    Target("mambafuzz/oracle/align.py", (), ORACLE),
+    Target("mambafuzz/oracle/_checks.py", (), ORACLE + ("tests/unit/test_delta_update.py",)),
     Target("mambafuzz/oracle/_intervals.py", (), ("tests/unit/test_oracle.py",)),
-    Target("mambafuzz/oracle/slots.py", (), ("tests/detection/test_slots.py",)),
-    # the compares: the engine's (every contract's arena and outputs), the contracts' outputs and unchanged inputs
+    Target("mambafuzz/oracle/slots.py", (), ("tests/detection/test_slots.py", EDGES)),
+    # the compares: the engine's (every contract's arena and outputs; the copy contracts have no other),
+    # the update contracts' outputs and unchanged inputs
     Target("mambafuzz/judge/materialize.py", ("host_values", "differing", "compare", "differs", "_same_on_device",
                                               "_device_match", "_device_output"), COMPARE_TESTS),
     Target("mambafuzz/contracts/updates.py", ("to_float64", "from_float64", "as_stored", "unchanged_inputs"),
            UPDATE_TESTS),
     Target("mambafuzz/contracts/conv_update.py", ("UNCHANGED", "_out", "_store"),
-           ("tests/unit/test_conv_update.py", "tests/unit/test_update_checks.py")),
-    Target("mambafuzz/contracts/ssm_update.py", ("UNCHANGED", "_out"),
-           ("tests/unit/test_ssm_update.py", "tests/unit/test_update_checks.py")),
+           ("tests/unit/test_conv_update.py", CHECKS)),
+    Target("mambafuzz/contracts/ssm_update.py", ("UNCHANGED", "_out"), ("tests/unit/test_ssm_update.py", CHECKS)),
     Target("mambafuzz/contracts/delta_update.py", ("UNCHANGED", "_state_output"),
-           ("tests/unit/test_delta_update.py", "tests/unit/test_update_checks.py")),
-    Target("mambafuzz/contracts/postprocess.py", ("prepare",), ("tests/unit/test_outputs.py",)),
+           ("tests/unit/test_delta_update.py", CHECKS)),
     # the strategies' draws of the hazard features
     Target("mambafuzz/strategies/conv_update.py", ("conv_update_cases",), STRATEGY_TESTS),
     Target("mambafuzz/strategies/ssm_update.py", ("ssm_update_cases",), STRATEGY_TESTS),

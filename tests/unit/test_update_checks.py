@@ -88,10 +88,17 @@ def test_the_ssm_bounds_are_the_documented_ones():
     assert got.pool_tol.item() == pytest.approx(2 ** -20 + 2 * 2 ** -23 + 1e-6, rel=1e-12)
 
 
-def test_a_bfloat16_output_five_percent_wrong_is_caught():
-    case = first("ssm_update", lambda c: c.io_dtype == "bfloat16" and not c.exact and min(c.lens) > 0)
+# a drawn case whose out holds compared, bfloat16 where the contract has it (its widest bound)
+WIDE_OUT = {"ssm_update": lambda c: c.io_dtype == "bfloat16" and not c.exact and min(c.lens) > 0,
+            "conv_update": lambda c: c.dtype == "bfloat16" and min(c.lens) > 0 and c.idx[0][0] != c.pad,
+            "delta_update": lambda c: c.act_dtype == "bfloat16" and min(c.lens) > 0 and c.idx[0][0] != c.pad}
+
+
+@pytest.mark.parametrize("contract", sorted(WIDE_OUT))
+def test_a_bfloat16_output_five_percent_wrong_is_caught(contract):
+    case = first(contract, WIDE_OUT[contract])
     m = materialize(case, "cpu")
-    m.run(registry.get("torch.ssm_update").fn)
+    m.run(registry.get(f"torch.{contract}").fn)
     assert m.compare() is None
     out = {o.name: o for o in m.outputs}["out"]
     care = torch.from_numpy(host_array(out.care).reshape(m.args["out"].shape))
@@ -100,6 +107,30 @@ def test_a_bfloat16_output_five_percent_wrong_is_caught():
     live[care] = (live[care].float() * 1.05 + 0.05).to(live.dtype)  # 5% (and a little) off, where compared
     mm = m.compare()
     assert mm is not None and {o["argument"] for o in mm.outputs} == {"out"}
+
+
+def test_a_varlen_rows_tokens_are_placed_by_their_offset_in_the_row():
+    """Tokens of a row that starts at an odd offset: their place in the row is t - start (an xor agrees only
+    when the start's bits are the token's), and a correct step is clean; out's elements are named [T, H, D]."""
+    def odd_start(c):
+        cuts = np.concatenate([[0], np.cumsum(c.lens)])
+        return c.varlen and not c.exact and any((t ^ cuts[b]) != t - cuts[b] for b in range(len(c.lens))
+                                                for t in range(cuts[b], cuts[b + 1]))
+    case = first("ssm_update", odd_start)
+    m = materialize(case, "cpu")
+    m.run(registry.get("torch.ssm_update").fn)
+    assert m.compare() is None
+    assert {o.name: o for o in m.outputs}["out"].what == "flat element {i} of out [T, H, D]"
+
+
+def test_the_delta_state_outputs_are_named_in_their_layout():
+    base = dict(arena_size=64, dtype="float32", act_dtype="float32", slots=3, heads=1, group=1, key_dim=4,
+                value_dim=8, lens=(1,), idx=((1,),), inter_rows=1, cache_steps=1, inter_idx=(0,))
+    for layout, dims in (("kv", "HV, K, V"), ("vk", "HV, V, K")):
+        outs = {o.name: o.what for o in materialize(DeltaUpdateCase(layout=layout, **base), "cpu").outputs}
+        assert outs["initial_state"] == f"flat element {{i}} of initial_state [S, {dims}]"
+        buffer = f"flat element {{i}} of intermediate_states_buffer [R, steps, {dims}]"
+        assert outs["intermediate_states_buffer"] == buffer
 
 
 # ---------------------------------------------------------------- a slot no correct step writes: exact
