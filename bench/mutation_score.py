@@ -18,7 +18,8 @@ Which mutants: every operator cosmic-ray has, on the lines of the definitions a 
 module when it names none); one mutant per (line, operator, original operand) -- ``a + b`` is one
 plausible slip, whichever operator replaces ``+`` -- and of those a seeded sample of ``--per-target``.
 The same tree and seed give the same sample.  Each target gets an equal share of the budget left when its
-turn comes (what it leaves goes to the next); a mutant that would start past its share is "not run".
+turn comes (what it leaves goes to the next); a mutant that would start past its share is "not run"
+(the first of each target always runs; with ``--again`` a survivor not run again still counts as one).
 Each target's tests run once unmutated first: a target whose
 tests fail unmutated is reported, not scored.  A mutant is killed when its tests fail, crash or outrun
 ``timeout`` (cosmic-ray's own: the baseline's time times 4, at least 60 s); incompetent mutants (the module
@@ -139,6 +140,11 @@ def _family(spec) -> tuple:
     return spec.start_pos[0], name, spec.start_pos[1]
 
 
+def _key(item) -> tuple:
+    spec = item.mutations[0]
+    return spec.start_pos[0], spec.operator_name, spec.occurrence
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
@@ -207,11 +213,11 @@ def run(args) -> dict:
         items, row["mutants"], row["families"] = sample(target, work, out / f"{i:02d}.sqlite", args.per_target,
                                                         args.seed)
         row["sampled"] = len(items)
+        earlier_survivors = {}
         if before is not None:  # only what survived before runs again; the rest stays killed
-            again = {(s["line"], s["operator"], s["occurrence"]) for s in before["survived"]}
+            earlier_survivors = {(s["line"], s["operator"], s["occurrence"]): s for s in before["survived"]}
             row["killed"] = before["killed"]
-            items = [w for w in items if (w.mutations[0].start_pos[0], w.mutations[0].operator_name,
-                                          w.mutations[0].occurrence) in again]
+            items = [w for w in items if _key(w) in earlier_survivors]
         command = shlex.join(list(PYTEST) + list(target.tests))  # one string, as cosmic-ray runs it
         ok, base = _run(shlex.split(command), work, 900)  # the baseline runs the very command the mutants do
         row["baseline_s"] = round(base, 1)
@@ -219,9 +225,11 @@ def run(args) -> dict:
             row["error"] = "the tests fail on the unmutated tree"
             continue
         timeout = max(60.0, 4 * base)
-        for w in items:
-            if time.monotonic() + base > share_end:
+        for n, w in enumerate(items):
+            if n and time.monotonic() + base > share_end:  # the first always runs: every target is scored
                 row["not_run"] += 1
+                if _key(w) in earlier_survivors:  # it survived when it last ran, and still counts so
+                    row["survived"].append({**earlier_survivors[_key(w)], "rerun": False})
                 continue
             spec = w.mutations[0]
             result = mutate_and_test(w.mutations, command, timeout)
