@@ -3,7 +3,7 @@ fails when the mutant it names is put back."""
 import numpy as np
 import pytest
 
-from mambafuzz.contracts.updates import to_float64
+from mambafuzz.contracts.updates import from_float64, to_float64
 from mambafuzz.oracle import OracleError, PoolLayout, SlotConflict, check_batch, check_slots, decide
 from mambafuzz.oracle._checks import int_array
 from mambafuzz.oracle.conv_update import IllPosedUpdate
@@ -64,3 +64,5 @@ def test_a_slot_conflict_with_no_buffer_to_place_it_has_offset_minus_1():
 def test_bfloat16_bits_convert_whatever_string_object_names_the_dtype():
     name = "".join(["bfloat", "16"])  # as a case loaded from JSON holds it: not the interned literal
     assert to_float64(np.array([0x3F80], dtype=np.uint16), name).tolist() == [1.0]
+    back = from_float64(np.array([1.0]), name)
+    assert back.dtype == np.uint16 and back.tolist() == [0x3F80]
