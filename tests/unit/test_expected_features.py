@@ -119,7 +119,7 @@ def test_the_ssm_slot_past_2_gib_is_one_a_correct_step_reads_or_stores():
 
     huge = []
 
-    @settings(max_examples=150, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
+    @settings(max_examples=400, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(strategies.for_contract("ssm_update"))
     def collect(case):
