@@ -130,3 +130,18 @@ def test_the_ssm_slot_past_2_gib_is_one_a_correct_step_reads_or_stores():
 
     collect()
     assert huge and all(huge), huge
+
+
+def test_every_ill_posed_batch_is_one_the_contract_refuses():
+    """``ill_posed`` adds a row writing into another row's bytes (a size-0 victim made real): each draw is a
+    batch the contract refuses, and drawing never fails."""
+    spec, seen = contracts.get("batch_memcpy"), []
+
+    @settings(max_examples=300, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(strategies.batch_copy_cases(strategies.CPU, ill_posed=True))
+    def collect(case):
+        seen.append(spec.valid(case))
+
+    collect()
+    assert len(seen) == 300 and not any(seen)
