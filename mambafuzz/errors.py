@@ -42,6 +42,14 @@ class InternalError(MambafuzzError):
         super().__init__(message)
         self.traceback = traceback
 
+    @classmethod
+    def of(cls, step: str, exc: BaseException) -> "InternalError":
+        """`exc`, raised by mambafuzz's own code while `step`, with its traceback."""
+        import traceback
+
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(f"internal error in mambafuzz while {step}: {type(exc).__name__}: {exc}", text)
+
 
 class Failure(MambafuzzError, AssertionError):
     """``mambafuzz.check`` found the target wrong: the shrunk case, the verdict, the crash file, how to replay.

@@ -137,6 +137,8 @@ class SsmUpdate(Contract):
                                      "the stride at least a slot's bytes")
         if not case.exact and (case.offset or case.slot_stride != case.slot_bytes):
             raise oracle.OracleError("a pool of its own (not exact) has no offset and no slot padding")
+        if not case.exact and case.slots * case.slot_bytes > 1 << 30:
+            raise oracle.OracleError(f"a pool of its own takes {case.slots * case.slot_bytes} bytes, more than 1 GiB")
         if case.heads % case.groups:
             raise oracle.OracleError(f"heads {case.heads} must be a multiple of groups {case.groups}")
         if len(case.src) != rows or (case.dst is not None and (len(case.dst) != rows or

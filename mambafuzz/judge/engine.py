@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,11 +197,6 @@ def _declined(exc: Exception) -> None:
         raise declined from None
 
 
-def _ours(step: str, exc: Exception) -> InternalError:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return InternalError(f"internal error in mambafuzz while {step}: {type(exc).__name__}: {exc}", text)
-
-
 def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None,
               interpreted: bool = False) -> list[Any]:
     if recorder is None:
@@ -281,7 +275,7 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
             # session replays alone before it counts (run.confirm), never mambafuzz's own error
             return Verdict(reps=1, failures=1, mode=mode, fault=f"{type(exc).__name__}: {exc} (on a GPU shared "
                            "under MPS, outside the target's call)")
-        raise _ours("running the case", exc) from exc
+        raise InternalError.of("running the case", exc) from exc
 
 
 def _run_case(fn, case: Case, device: str, reps: int, mode: str, amplifiable: bool | None,

@@ -17,7 +17,7 @@ from mambafuzz.contracts.base import Output, host_array
 from mambafuzz.kernels.perturb import Perturb
 
 from mambafuzz.contracts.cases import Case
-from mambafuzz.errors import CaseError
+from mambafuzz.errors import CaseError, InternalError, MambafuzzError
 from mambafuzz.instrument import perturbed_launches
 from mambafuzz.judge.signature import accepts, by_position
 
@@ -316,6 +316,10 @@ def _before(t: torch.Tensor) -> torch.Tensor:
 def materialize(case: Case, device: str) -> Materialized:
     """Allocate and fill the case's memory on `device`; raise CaseError if it is impossible.
 
+    A case that passed its field checks (``CaseBase.FIELD_CHECKS``: types and
+    ranges, one line each) and the contract's own (``OracleError``) is
+    mambafuzz's to materialise: anything else raised here is an InternalError.
+
     The contract says which bytes are live (a sparse image for pools past 2
     GiB) and what the target gets and the oracle expects; this fills, keeps
     the snapshot and puts it on the device.
@@ -347,10 +351,14 @@ def materialize(case: Case, device: str) -> Materialized:
         else:
             arena, positions_dev = arena_snapshot.clone(), None
         prepared = contract.prepare(case, image, snapshot, arena, device)
-    except oracle.OracleError as exc:
+    except oracle.OracleError as exc:  # the contract's checks: geometry it cannot hold, an ill-posed step
         raise CaseError(str(exc)) from None
-    except (TypeError, ValueError, OverflowError) as exc:  # malformed numbers in a hand-edited case
-        raise CaseError(f"malformed case: {exc}") from None
+    except MemoryError:  # sizes that each passed their field check, together more than the host holds
+        raise CaseError("the case needs more memory than this machine has") from None
+    except MambafuzzError:
+        raise
+    except Exception as exc:  # past the field checks and the contract's: a bug in the oracle or case builder
+        raise InternalError.of("preparing the case (the oracle or the contract's case builder)", exc) from exc
     return Materialized(case, device, arena, snapshot, prepared.expected, prepared.args, prepared.kwargs,
                         outputs=prepared.outputs,
                         output_snapshots={o.name: _before(prepared.args[o.name]) for o in prepared.outputs},

@@ -12,7 +12,8 @@ conversion: pool and states must share one).
 Zoo flags (constexpr, compiled out when off; ``kernels.zoo``): ``STEP_CLAMP`` (the step mask ignored, a
 step of -1 clamped to 0: a skipped row still writes its slot, which may be a valid row's: write-write,
 the class of SGLang's accept/track multi scatter race), ``DST_ZERO`` (a dst below 0 taken as slot 0: a
-freed row clobbers slot 0, SGLang #29449).
+freed row clobbers slot 0, SGLang #29449), ``SLOT_I32`` (the slot offset ``dst * slot stride`` formed in 32
+bits: a slot past 2^31 elements wraps, the int32-offset family).
 """
 from __future__ import annotations
 
@@ -27,14 +28,15 @@ CONTRACT = "state_scatter"
 DESCRIPTION = ("Triton state scatter: grid (rows, layers, element blocks), the valid-row mask, tensor strides, "
                "int64 offsets (dense states or conv windows)")
 BLOCK = 512
-FLAGS = ("STEP_CLAMP", "DST_ZERO")
+FLAGS = ("STEP_CLAMP", "DST_ZERO", "SLOT_I32")
 
 
 @triton.jit(do_not_specialize=["slots", "rows", "steps", "entry", "inner", "p_layer", "p_slot", "p_d", "p_w",
                                "s_layer", "s_row", "s_step", "s_d", "s_w"])
 def _state_scatter_kernel(pool_ptr, states_ptr, dst_ptr, step_ptr, slots, rows, steps, entry, inner,
                           p_layer, p_slot, p_d, p_w, s_layer, s_row, s_step, s_d, s_w,
-                          BLOCK: tl.constexpr, STEP_CLAMP: tl.constexpr, DST_ZERO: tl.constexpr):
+                          BLOCK: tl.constexpr, STEP_CLAMP: tl.constexpr, DST_ZERO: tl.constexpr,
+                          SLOT_I32: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
     layer = tl.program_id(1).to(tl.int64)
     step = tl.load(step_ptr + r).to(tl.int64)
@@ -49,7 +51,11 @@ def _state_scatter_kernel(pool_ptr, states_ptr, dst_ptr, step_ptr, slots, rows, 
         d = e // inner
         w = e % inner
         src = layer * s_layer + r * s_row + step * s_step + d * s_d + w * s_w
-        out = layer * p_layer + dst * p_slot + d * p_d + w * p_w
+        if SLOT_I32:
+            slot_off = (dst.to(tl.int32) * p_slot.to(tl.int32)).to(tl.int64)
+        else:
+            slot_off = dst * p_slot
+        out = layer * p_layer + slot_off + d * p_d + w * p_w
         tl.store(pool_ptr + out, tl.load(states_ptr + src, mask=mask), mask=mask)
 
 
@@ -94,7 +100,7 @@ def torch_fn(pool, states, dst_indices, step_indices):
 
 
 # ---------------------------------------------------------------- targets (kernels/registry.py)
-VARIANTS = {None: {}, "SS-WW": {"STEP_CLAMP": True}, "SS-FREED0": {"DST_ZERO": True}}
+VARIANTS = {None: {}, "SS-WW": {"STEP_CLAMP": True}, "SS-FREED0": {"DST_ZERO": True}, "SS-I32": {"SLOT_I32": True}}
 
 
 def contract_fn(variant=None):
@@ -121,4 +127,10 @@ ZOO = (
         "wrong when a row with a dst of -1 has a step in range: slot 0 gets its state (a race as well "
         "when a valid row writes slot 0)",
         cpu=("mismatch", "race"), gpu=("mismatch",)),
+    ZooEntry(
+        "SS-I32", "state_scatter", "wrong",
+        "the slot offset dst * slot stride in 32 bits: a slot past 2^31 elements wraps (the int32-offset family)",
+        "state_scatter(variant='SS-I32'): (dst.to(int32) * p_slot.to(int32))",
+        "wrong or out of bounds when a valid row's slot starts past 2^31 elements (1- and 2-byte pools)",
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
 )

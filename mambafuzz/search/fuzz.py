@@ -237,13 +237,20 @@ def _database(db) -> ExampleDatabase | None:
     return DirectoryBasedExampleDatabase(str(db))
 
 
-def write_error(opts: FuzzOptions, target_name: str, exc: InternalError) -> str:
-    """Put an internal error's traceback in a file; return the one line that points at it."""
+def write_error(opts: FuzzOptions, target_name: str, exc: InternalError, case: Case | None = None) -> str:
+    """Put an internal error's traceback in a file, with the case it happened on (for a bug report: the
+    JSON line loads with ``contracts.case_from_json``); return the one line that points at it."""
+    import json
+
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(opts.errors_dir) / f"{stamp}-{re.sub(r'[^A-Za-z0-9._-]', '_', target_name)}.txt"
+    text = f"{exc}\n\n{exc.traceback}"
+    if case is not None:
+        text += (f"\ntarget: {target_name}\ndevice: {opts.device}, mode: {opts.mode}\n"
+                 f"case ({case.describe()}):\n{json.dumps(case.to_json(), sort_keys=True)}\n")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{exc}\n\n{exc.traceback}")
+        path.write_text(text)
     except OSError:
         return f"{exc} (traceback could not be written under {opts.errors_dir})"
     return f"{exc} (traceback: {path})"
@@ -539,7 +546,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             before_case(case)
         try:
             verdict = _run(target, opts, case, best if shrinking else None, shrink_end() if shrinking else end)
-        except CaseError as exc:  # the strategy drew something the oracle rejects: our bug, say so
+        except CaseError as exc:  # the contract's checks refuse what the strategy drew: counted, said in `why`
             report.rejected.append(f"{case.describe()}: {exc}")
             assume(False)
         except Rejected as exc:  # the target declines it (mambafuzz.reject): not valid, not a failure
@@ -554,7 +561,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             _note_fault(opts, report, None)  # on cuda the context may be what broke: start afresh
             if shrinking:
                 return
-            raise _Stop("internal-error", write_error(opts, target.name, exc)) from None
+            raise _Stop("internal-error", write_error(opts, target.name, exc, case)) from None
         _note_fault(opts, report, verdict)
         _note_instrumented(report, verdict)
         report.examples += 1

@@ -15,7 +15,7 @@ ROWS = [e.id for e in registry.ZOO if e.contract == "state_scatter"]
 
 
 def test_the_rows_are_the_scatter_bugs_engines_shipped():
-    assert set(ROWS) == {"SS-WW", "SS-FREED0"}
+    assert set(ROWS) == {"SS-WW", "SS-FREED0", "SS-I32"}
 
 
 @pytest.mark.matrix
@@ -28,6 +28,36 @@ def test_a_freed_row_writing_slot_0_is_caught_quickly(tmp_path):
     report = fuzz_target(registry.get("zoo.SS-FREED0"), zoo_options(tmp_path, max_examples=60, shrink_budget=50))
     assert report.finding is not None and report.finding.verdict.kind == "mismatch"
     assert report.finding.case.dst_idx[0] == -1
+
+
+def test_a_slot_offset_formed_in_32_bits_is_caught_past_2g_elements():
+    """A drawn case whose valid row stores a slot past 2^31 elements: the correct kernel is clean, SS-I32's
+    wrapped offset lands elsewhere (the fence's oob, or wrong bytes)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from mambafuzz import contracts
+    from mambafuzz.strategies import for_contract
+
+    found = []
+
+    def crossing(case) -> bool:  # a valid row's slot offset, in elements, past 2^31
+        p = case.pool
+        return any(0 <= s < case.steps and 0 <= d < p.slots and r < case.rows
+                   and d * (p.slot_stride // p.elem_size) >= 1 << 31
+                   for r, (d, s) in enumerate(zip(case.dst_idx, case.step_idx)))
+
+    @settings(database=None, max_examples=300, derandomize=True, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(for_contract("state_scatter"))
+    def look(case):
+        if not found and contracts.of(case).features(case)["past_2g_elements"] == "yes" and crossing(case):
+            found.append(case)
+
+    look()
+    (case,) = found
+    assert run_case(registry.get("triton.state_scatter").fn, case, "cpu", mode="race").kind is None
+    verdict = run_case(registry.get("zoo.SS-I32").fn, case, "cpu", mode="race")
+    assert verdict.kind in registry.zoo_entry("SS-I32").caught_as("cpu"), verdict.summary()
 
 
 def test_a_skipped_row_on_a_valid_rows_slot_is_a_write_write_race():

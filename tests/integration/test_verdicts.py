@@ -10,6 +10,7 @@ import signal
 import textwrap
 import time
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -198,6 +199,76 @@ def test_an_internal_error_is_not_a_finding_and_other_targets_go_on(tmp_path, mo
     assert "Traceback" in (tmp_path / error_file).read_text()
     assert states["torch.batch_memcpy"]["status"] == "clean" and states["torch.batch_memcpy"]["examples"] == 15
     assert not (tmp_path / "crashes").exists() or not list((tmp_path / "crashes").rglob("*.json"))
+
+
+def test_an_oracle_error_is_internal_never_a_rejection_nor_clean(tmp_path, monkeypatch, capsys):
+    """numpy's own errors (a broadcast that does not fit) raised by the oracle on every fifth case: the
+    run ends on an internal error, exit 3, the case saved with the traceback; no case is 'rejected'."""
+    from mambafuzz.contracts import case_from_json
+    from mambafuzz.contracts import conv_update
+
+    real, calls = conv_update.expect_conv_update, []
+
+    def planted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) % 5 == 0:
+            np.zeros(3) + np.zeros(4)  # ValueError: operands could not be broadcast together
+        return real(*args, **kwargs)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(conv_update, "expect_conv_update", planted)
+    code = cli.main(["fuzz", "--target", "torch.conv_update", "--no-isolate", "--max-examples", "20",
+                     "--database", "none", "--json"])
+    body = json.loads(capsys.readouterr().out)
+    (t,) = body["targets"]
+    assert code == 3 and body["exit_code"] == 3
+    assert t["status"] == "inconclusive" and t["stop"] == "internal-error" and t["finding"] is None
+    assert t["rejected"] == [] and t["examples"] == 4, t  # cases 1-4 judged, the fifth stopped the run
+    assert "internal error in mambafuzz while preparing the case" in t["detail"] and "broadcast" in t["detail"]
+    assert "\n" not in t["detail"]
+    text = (tmp_path / t["detail"].rsplit("traceback: ", 1)[1].rstrip(")")).read_text()
+    assert "Traceback" in text and "target: torch.conv_update" in text
+    case = case_from_json(json.loads(text.rstrip().splitlines()[-1]))  # the case, for a bug report
+    assert case.contract == "conv_update"
+
+
+def test_a_compare_error_is_internal(monkeypatch):
+    from mambafuzz.judge import materialize as mat
+
+    monkeypatch.setattr(mat.Materialized, "compare", lambda self: np.zeros(2) @ np.zeros(3))
+    with pytest.raises(InternalError, match="internal error in mambafuzz while running the case: ValueError"):
+        run_case(registry.get("torch.batch_memcpy").fn, CASE, "cpu")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("lens", [1 << 40], "case field 'lens[0]' must be at most 1048576"),
+    ("nacc", [1 << 31], "case field 'nacc[0]' must be at most 2147483647"),
+    ("seed", 1 << 64, "case field 'seed' must be at most 9223372036854775807"),
+])
+def test_a_hand_edited_number_too_large_is_one_line_naming_its_field(field, value, message):
+    from mambafuzz.contracts import case_from_json
+    from mambafuzz.contracts.cases.conv_update import ConvUpdateCase
+    from mambafuzz.errors import CaseError
+
+    body = ConvUpdateCase(arena_size=4096, dtype="float32", layout="dim", offset=0, slots=2, dim=4, state_len=4,
+                          slot_stride=64, width=2, lens=(1,), idx=((1,),), nacc=(1,)).to_json()
+    with pytest.raises(CaseError, match=message.replace("[", "\\[").replace("]", "\\]")):
+        case_from_json({**body, field: value})
+
+
+def test_a_case_too_big_for_memory_is_a_case_error_not_ours(monkeypatch):
+    from mambafuzz.contracts import conv_update
+    from mambafuzz.errors import CaseError
+    from mambafuzz.judge.materialize import materialize
+
+    def hungry(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(conv_update, "expect_conv_update", hungry)
+    case = conv_update.ConvUpdateCase(arena_size=4096, dtype="float32", layout="dim", offset=0, slots=2, dim=4,
+                                      state_len=4, slot_stride=64, width=2, lens=(1,), idx=((1,),))
+    with pytest.raises(CaseError, match="more memory than this machine has"):
+        materialize(case, "cpu")
 
 
 @pytest.mark.matrix

@@ -156,6 +156,13 @@ def test_rate_upper_bound():
     ({"contract": "batch_memcpy", "arena_size": 8}, "missing field"),
     ({"contract": "batch_memcpy", "arena_size": 8, "copies": [], "bogus": 1}, "unknown field"),
     ([1, 2], "JSON object"),
+    # hand-edited values numpy could not hold, or that no pool can be: named by field, never an internal error
+    ({"contract": "state_copy", "arena_size": 64, "pools": [], "block_tables": []}, "'pools' must be a list of "
+     "pool objects, at least one"),
+    ({"contract": "state_copy", "arena_size": 64, "pools": [{"kind": "temporal", "offset": 0, "num_blocks": 1,
+      "block_stride": 8, "elem_size": 1}], "block_tables": [[[0]]], "src_cols": [0], "dst_cols": [0],
+      "biases": [1 << 31]}, "'biases\\[0\\]' must be at most 2147483647"),
+    ({"contract": "slot_copy", "arena_size": 64, "buffers": [], "src_idx": [], "dst_idx": []}, "at least one"),
 ])
 def test_malformed_case_json(body, message):
     with pytest.raises(CaseError, match=message):

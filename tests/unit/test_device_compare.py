@@ -7,7 +7,7 @@ the host comparison, for clean runs and for runs with one output element or one 
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, assume, find, given, settings
 from hypothesis import strategies as st
 
 from mambafuzz.contracts.base import host_array
@@ -92,3 +92,21 @@ def test_after_the_first_failing_repetition_only_whether_later_ones_fail_is_aske
     m.device = "cpu"
     m.run(_noop)
     assert m.differs() and calls
+
+
+@pytest.mark.parametrize("contract", ["ssm_update", "delta_update", "conv_update"])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_an_output_left_nan_differs_on_the_device_as_on_the_host(contract, data):
+    """`out` starts as NaN: a kernel that never writes it leaves NaN where a value is expected.  NaN is
+    right only where NaN is expected (never, here), on the device as on the host."""
+    case = data.draw(for_contract(contract))
+    m = materialize(case, "cpu")
+    m.run(registry.get(f"torch.{contract}").fn)
+    out = {o.name: o for o in m.outputs}["out"]
+    care = torch.from_numpy(host_array(out.care).reshape(tuple(m.args["out"].shape))).bool()
+    assume(bool(care.any()))
+    m.args["out"][care] = float("nan")
+    mm = m.compare()
+    assert mm is not None and {o["argument"] for o in mm.outputs} == {"out"}
+    assert not m._same_on_device()

@@ -39,21 +39,31 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not a count
 
 
-def check_int(name: str, value, low: int | None = None) -> None:
+INT64 = 1 << 63  # every integer field fits int64: numpy holds it without an OverflowError
+INT32 = 1 << 31  # the bound of a field a target receives as int32 (counts, index columns)
+TOKENS = 1 << 20  # the most tokens a row's count or an index stride may name (sizes a host array)
+
+
+def check_int(name: str, value, low: int | None = None, high: int = INT64 - 1) -> None:
     if not _is_int(value):
         raise CaseError(f"case field {name!r} must be an integer, got {show(value)}")
     if low is not None and value < low:
         bound = "positive" if low == 1 else "non-negative" if low == 0 else f">= {low}"
         raise CaseError(f"case field {name!r} must be {bound}, got {value}")
+    if value > high:
+        raise CaseError(f"case field {name!r} must be at most {high}, got {show(value)}")
+    if value < -INT64:
+        raise CaseError(f"case field {name!r} must fit in 64 bits, got {show(value)}")
 
 
-def check_int_list(name: str, value, low: int | None = None, length: int | None = None) -> None:
+def check_int_list(name: str, value, low: int | None = None, length: int | None = None,
+                   high: int = INT64 - 1) -> None:
     if not isinstance(value, (list, tuple)):
         raise CaseError(f"case field {name!r} must be a list of integers, got {show(value)}")
     if length is not None and len(value) != length:
         raise CaseError(f"case field {name!r} must hold {length} integers, got {len(value)}")
     for i, v in enumerate(value):
-        check_int(f"{name}[{i}]", v, low)
+        check_int(f"{name}[{i}]", v, low, high)
 
 
 def check_nested(name: str, value, depth: int) -> None:
@@ -87,11 +97,11 @@ def boolean(name: str):
     return check
 
 
-def optional_int_list(name: str, low: int | None):
-    """A field check: null, or a list of integers >= `low`."""
+def optional_int_list(name: str, low: int | None, high: int = INT64 - 1):
+    """A field check: null, or a list of integers in `low`..`high`."""
     def check(value) -> None:
         if value is not None:
-            check_int_list(name, value, low)
+            check_int_list(name, value, low, high=high)
     return check
 
 
@@ -109,8 +119,8 @@ def index_table(name: str, rows: str = "B", optional: bool = False):
 def check_objects(name: str, noun: str, value, required, known, check_member) -> None:
     """A list of JSON objects (pools, buffers): each an object with every `required` key and none
     outside `known`; ``check_member(where, key, member_value)`` judges each member's type."""
-    if not isinstance(value, (list, tuple)):
-        raise CaseError(f"case field {name!r} must be a list of {noun} objects, got {show(value)}")
+    if not isinstance(value, (list, tuple)) or not value:
+        raise CaseError(f"case field {name!r} must be a list of {noun} objects, at least one, got {show(value)}")
     for i, obj in enumerate(value):
         where = f"{name}[{i}]"
         if not isinstance(obj, dict):

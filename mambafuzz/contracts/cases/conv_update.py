@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (FLOAT_DTYPES, UPDATE_PADS, CaseBase, boolean, check_int, check_int_list,
-                                       index_table, one_of, optional_int_list)
+from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int,
+                                       check_int_list, index_table, one_of, optional_int_list)
 
 DTYPES = FLOAT_DTYPES
 LAYOUTS = ("dim", "token")
@@ -41,13 +41,13 @@ class ConvUpdateCase(CaseBase):
         "bias": boolean("bias"),
         "silu": boolean("silu"),
         "varlen": boolean("varlen"),
-        "lens": lambda v: check_int_list("lens", v, 0),
+        "lens": lambda v: check_int_list("lens", v, 0, high=TOKENS),
         "idx": index_table("idx", "B"),
         "idx_2d": boolean("idx_2d"),
-        "idx_stride": lambda v: check_int("idx_stride", v, 1),
-        "nacc": optional_int_list("nacc", 0),
-        "init": optional_int_list("init", 0),
-        "last": optional_int_list("last", 0),
+        "idx_stride": lambda v: check_int("idx_stride", v, 1, TOKENS),
+        "nacc": optional_int_list("nacc", 0, INT32 - 1),
+        "init": optional_int_list("init", 0, INT32 - 1),
+        "last": optional_int_list("last", 0, INT32 - 1),
         "pad": one_of("pad", PADS),
     }
     arena_size: int

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (FLOAT_DTYPES, UPDATE_PADS, CaseBase, boolean, check_int, check_int_list,
-                                       index_table, one_of, optional_int_list)
+from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int,
+                                       check_int_list, index_table, one_of, optional_int_list)
 
 DTYPES = FLOAT_DTYPES
 LAYOUTS = ("vk", "kv")
@@ -39,18 +39,18 @@ class DeltaUpdateCase(CaseBase):
         "group": lambda v: check_int("group", v, 1),
         "key_dim": lambda v: check_int("key_dim", v, 1),
         "value_dim": lambda v: check_int("value_dim", v, 1),
-        "lens": lambda v: check_int_list("lens", v, 0),
+        "lens": lambda v: check_int_list("lens", v, 0, high=TOKENS),
         "idx": index_table("idx", "N"),
         "idx_2d": boolean("idx_2d"),
-        "idx_stride": lambda v: check_int("idx_stride", v, 1),
-        "nacc": optional_int_list("nacc", 0),
+        "idx_stride": lambda v: check_int("idx_stride", v, 1, TOKENS),
+        "nacc": optional_int_list("nacc", 0, INT32 - 1),
         "pad": one_of("pad", PADS),
         "kda": boolean("kda"),
         "beta_per_v": boolean("beta_per_v"),
         "l2norm": boolean("l2norm"),
         "inter_rows": lambda v: check_int("inter_rows", v, 0),
         "cache_steps": lambda v: check_int("cache_steps", v, 0),
-        "inter_idx": optional_int_list("inter_idx", None),
+        "inter_idx": optional_int_list("inter_idx", -INT32, INT32 - 1),
     }
     arena_size: int
     dtype: str

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (FLOAT_DTYPES, UPDATE_PADS, CaseBase, boolean, check_int, check_int_list,
-                                       index_table, one_of, optional_int_list)
+from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int,
+                                       check_int_list, index_table, one_of, optional_int_list)
 
 DTYPES = FLOAT_DTYPES
 PADS = UPDATE_PADS
@@ -40,12 +40,12 @@ class SsmUpdateCase(CaseBase):
         "dim": lambda v: check_int("dim", v, 1),
         "dstate": lambda v: check_int("dstate", v, 1),
         "slot_stride": lambda v: check_int("slot_stride", v, 1),
-        "lens": lambda v: check_int_list("lens", v, 0),
+        "lens": lambda v: check_int_list("lens", v, 0, high=TOKENS),
         "src": index_table("src", optional=False),
         "dst": index_table("dst", optional=True),
-        "idx_col_stride": lambda v: check_int("idx_col_stride", v, 1),
-        "idx_row_stride": lambda v: check_int("idx_row_stride", v, 1),
-        "nacc": optional_int_list("nacc", 0),
+        "idx_col_stride": lambda v: check_int("idx_col_stride", v, 1, TOKENS),
+        "idx_row_stride": lambda v: check_int("idx_row_stride", v, 1, TOKENS),
+        "nacc": optional_int_list("nacc", 0, INT32 - 1),
         "varlen": boolean("varlen"),
         "has_z": boolean("has_z"),
         "has_d": boolean("has_d"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import check_int_list, show
+from mambafuzz.contracts.cases import INT32, check_int_list, show
 from mambafuzz.contracts.cases.pools import PoolCase
 from mambafuzz.errors import CaseError
 
@@ -13,7 +13,8 @@ class StateCopyCase(PoolCase):
     """Request i copies every state (src_col, dst_col, bias)."""
 
     contract: ClassVar[str] = "state_copy"
-    FIELD_CHECKS: ClassVar[dict] = {**{name: (lambda v, name=name: check_int_list(name, v))
+    FIELD_CHECKS: ClassVar[dict] = {**{name: (lambda v, name=name: check_int_list(name, v, -INT32,
+                                                                                  high=INT32 - 1))
                                        for name in ("src_cols", "dst_cols", "biases")},
                                     "skip_equal_cols": lambda v: _check_bool("skip_equal_cols", v),
                                     "tiles_fixed": lambda v: _check_bool("tiles_fixed", v)}
