@@ -163,9 +163,13 @@ def expect_conv_prefill(pool: np.ndarray, x_rows, weight: np.ndarray, bias: np.n
         length = x_b.shape[1]
         prev = pool[p.src, :, :width - 1] if p.reads else np.zeros((dim, width - 1))
         full = np.concatenate([prev, x_b], axis=1)                              # [dim, W - 1 + L]
-        taps = np.lib.stride_tricks.sliding_window_view(full, width, axis=1)    # [dim, L, W]
-        acc = b64[:, None] + np.einsum("dtj,dj->dt", taps, w)
-        scale.append(np.abs(b64)[:, None] + np.einsum("dtj,dj->dt", np.abs(taps), np.abs(w)))
+        magnitude = np.abs(full)
+        acc = np.repeat(b64[:, None], length, axis=1)
+        bound = np.repeat(np.abs(b64)[:, None], length, axis=1)
+        for j in range(width):                       # tap j of every output: one shifted slice
+            acc += w[:, j:j + 1] * full[:, j:j + length]
+            bound += np.abs(w[:, j:j + 1]) * magnitude[:, j:j + length]
+        scale.append(bound)
         out.append(acc / (1.0 + np.exp(-acc)) if silu else acc)
         for dst, o in p.stores:                      # every window from `full`: the snapshot's, never a store's
             new_pool[dst, :, :width - 1] = full[:, o:o + width - 1]

@@ -241,3 +241,24 @@ def test_a_huge_draw_puts_its_slot_past_2_31_where_the_prefill_reads_or_stores()
                                  block_size=case.block_size, pad=case.pad)
         seen.append(any((p.reads and p.src == top) or top in [s for s, _ in p.stores] for p in plan))
     assert seen and all(seen), seen
+
+
+@pytest.mark.matrix
+def test_the_kernel_and_its_zoo_flags_compile_for_sm90():
+    from common import compile_for_sm90
+
+    compile_for_sm90(r'''
+from mambafuzz.kernels.conv_prefill import _conv_prefill_kernel, FLAGS
+import inspect
+names = list(inspect.signature(_conv_prefill_kernel.fn).parameters)
+ptrs = {"x_ptr": "*bf16", "state_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16", "idx_ptr": "*i32",
+        "has_ptr": "*u8", "qsl_ptr": "*i32", "init_ptr": "*i32", "first_ptr": "*i32", "last_ptr": "*i32",
+        "computed_ptr": "*i32", "out_ptr": "*bf16"}
+for flag in (None,) + FLAGS:
+    for apc, width in ((True, 4), (False, 6), (True, 2)):
+        consts = {"W": width, "HAS_BIAS": True, "SILU": True, "APC": apc, "BLOCK": 32,
+                  **{f: f == flag for f in FLAGS}}
+        sig = {n: ptrs.get(n, "i64" if n == "s_slot" else "i32") for n in names if n not in consts}
+        comp(_conv_prefill_kernel, sig, consts)
+print("compiled")
+''')
