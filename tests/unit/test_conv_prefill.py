@@ -148,14 +148,18 @@ def test_the_contract_stores_the_windows_where_the_layout_says_and_nothing_else(
                                            "query_start_loc", "initial_state_idx", "block_idx_first_scheduled_token",
                                            "block_idx_last_scheduled_token", "num_computed_tokens"]
     assert m.kwargs == {"activation": None, "pad_slot_id": -1, "block_size": 4}
-    assert m.args["cache_indices"].stride() == (4, 1) and m.args["has_initial_state"].dtype == torch.bool
+    assert m.args["has_initial_state"].dtype == torch.bool
+    two = materialize(_case(idx=((1, 2, 3), (4, 5, 0)), lens=(5, 1), has_init=(True, False), init=(1, 0),
+                            first=(1, 0), last=(2, 0), computed=(7, 0)), "cpu")
+    assert two.args["cache_indices"].stride() == (4, 1)  # a 2-D table whose rows are padded
 
 
 def test_without_prefix_caching_the_columns_are_none_and_a_1d_table_may_be_a_strided_column():
-    case = _case(apc=False, block_size=0, init=None, first=None, last=None, computed=None, idx=((2,),),
-                 idx_2d=False, idx_stride=3)
+    case = _case(apc=False, block_size=0, init=None, first=None, last=None, computed=None, idx=((2,), (4,)),
+                 idx_2d=False, idx_stride=3, lens=(5, 1), has_init=(True, False))
     m = materialize(case, "cpu")
-    assert m.args["cache_indices"].shape == (1,) and m.args["cache_indices"].stride() == (3,)
+    assert m.args["cache_indices"].shape == (2,) and m.args["cache_indices"].stride() == (3,)
+    assert m.args["cache_indices"].tolist() == [2, 4] and m.args["query_start_loc"].tolist() == [0, 5, 6]
     assert all(m.args[k] is None for k in ("initial_state_idx", "block_idx_first_scheduled_token",
                                            "block_idx_last_scheduled_token", "num_computed_tokens"))
     assert m.kwargs["block_size"] == 0
@@ -164,6 +168,8 @@ def test_without_prefix_caching_the_columns_are_none_and_a_1d_table_may_be_a_str
 def test_bad_geometry_is_one_line():
     with pytest.raises(CaseError, match="row stride of at least its columns"):
         materialize(_case(idx_stride=2), "cpu")
+    with pytest.raises(CaseError, match="several table columns need idx_2d"):
+        materialize(_case(idx_2d=False), "cpu")
     with pytest.raises(CaseError, match="go with prefix caching"):
         materialize(_case(apc=False), "cpu")
     with pytest.raises(CaseError, match="cross 1 block boundary"):
@@ -198,28 +204,34 @@ def _drawn(n, profile="cpu", **options):
 
 
 def test_the_draws_hold_the_geometries_the_bugs_hide_in():
-    """Each zoo row needs one: a short chunk whose initial and final blocks differ, a boundary fewer than
-    W - 1 tokens in, a live row without an initial state, a pad row, a row of a 2-D table past the first."""
+    """Each zoo row needs one, in a good share of the cases: a short chunk whose initial and final blocks
+    differ, a boundary fewer than W - 1 tokens in, a live row without an initial state, a pad row, a row of
+    a 2-D table past the first.  (The shares are about half of what 120 derandomised draws give.)"""
     contract = contracts.get("conv_prefill")
-    seen = set()
+    seen = {"short, init != last": 0, "near boundary": 0, "no initial state": 0, "pad row": 0,
+            "2-D row past the first": 0}
     for case in _drawn(120):
         assert contract.valid(case), case.describe()
+        found = set()
         for b, (row, length) in enumerate(zip(case.idx, case.lens)):
             init, first, last = (case.init[b], case.first[b], case.last[b]) if case.apc else (0, 0, 0)
             live = row[init] != case.pad and length > 0
             if live and length < case.width - 1 and row[init] != row[last]:
-                seen.add("short, init != last")
+                found.add("short, init != last")
             if live and case.apc and any(o < case.width - 1 for o in boundary_offsets(case.computed[b], length,
                                                                                       case.block_size)):
-                seen.add("near boundary")
+                found.add("near boundary")
             if live and not case.has_init[b]:
-                seen.add("no initial state")
+                found.add("no initial state")
             if row[init] == case.pad:
-                seen.add("pad row")
+                found.add("pad row")
             if live and b > 0 and (case.cols > 1 or case.idx_stride > 1):
-                seen.add("2-D row past the first")
-    assert seen == {"short, init != last", "near boundary", "no initial state", "pad row",
-                    "2-D row past the first"}
+                found.add("2-D row past the first")
+        for name in found:
+            seen[name] += 1
+    least = {"short, init != last": 19, "near boundary": 22, "no initial state": 23, "pad row": 14,
+             "2-D row past the first": 35}
+    assert all(seen[name] >= n for name, n in least.items()), seen
 
 
 def test_narrowing_options_narrow_the_draws():
@@ -232,7 +244,7 @@ def test_narrowing_options_narrow_the_draws():
 def test_a_huge_draw_puts_its_slot_past_2_31_where_the_prefill_reads_or_stores():
     """The 32-bit-offset bug (zoo CP-I32) shows only through a slot the prefill uses."""
     seen = []
-    for case in _drawn(60, profile="gpu"):
+    for case in _drawn(90):
         top = case.slots - 1
         if top * (case.slot_stride // case.elem) < 1 << 31 and case.offset + top * case.slot_stride < 1 << 31:
             continue
