@@ -684,10 +684,10 @@ def replay_lines(rows, width: int = 80) -> list[str]:
     lines = []
     for i, r in enumerate(rows, 1):
         lines.append(f"{i} {r.path}")
-        detail = r.detail()
-        if detail:
-            lines += textwrap.wrap(detail, width=width, initial_indent="  ", subsequent_indent="  ",
-                                   break_long_words=False, break_on_hyphens=False)
+        for text in (r.detail(), r.divergence()):     # the divergence is a fact on a line of its own
+            if text:
+                lines += textwrap.wrap(text, width=width, initial_indent="  ", subsequent_indent="  ",
+                                       break_long_words=False, break_on_hyphens=False)
     return lines
 
 
