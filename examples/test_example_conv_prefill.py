@@ -144,9 +144,10 @@ def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indice
                      activation="silu", pad_slot_id=-1, block_idx_first_scheduled_token=None,
                      block_idx_last_scheduled_token=None, initial_state_idx=None, num_computed_tokens=None,
                      block_size_to_align=0):
-    """The engine's entry point: x [dim, T] channel-last; returns the output, shaped and strided as x."""
+    """The engine's entry point: x [dim, T] channel-last; returns the output, shaped and strided as x (a
+    skipped row's zeros)."""
     assert weight.shape[1] <= 4 and pad_slot_id == -1  # (and channels contiguous: the kernel takes no strides)
-    out = torch.empty_like(x)
+    out = torch.zeros_like(x)  # vLLM: empty_like; zeros keep a skipped row's don't-care outputs finite
     dim, width = weight.shape
     lens = query_start_loc.diff().tolist()
     programs = [(b, c) for b, n in enumerate(lens) for c in range(triton.cdiv(n, BLOCK_M))]

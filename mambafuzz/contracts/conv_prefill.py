@@ -1,4 +1,5 @@
-"""Contract `conv_prefill`: the causal-conv1d prefill of a batch of chunks, with prefix caching.
+"""Contract `conv_prefill` (docs/contracts.md#conv_prefill): the causal-conv1d prefill of a batch of chunks,
+with prefix caching.
 
 The target gets vLLM's ``causal_conv1d_fn`` arguments as tensors: ``x``
 (``[T, dim]``, rows packed, ``query_start_loc [B + 1]``), ``conv_state`` (a

@@ -1,4 +1,5 @@
-"""The causal-conv1d prefill with prefix caching (contract ``conv_prefill``).
+"""The causal-conv1d prefill with prefix caching (contract ``conv_prefill``,
+docs/contracts.md#conv_prefill).
 
 ``conv_prefill(x, conv_state, weight, bias, cache_indices, has_initial_state, query_start_loc,
 initial_state_idx, block_idx_first_scheduled_token, block_idx_last_scheduled_token, num_computed_tokens,

@@ -1,4 +1,5 @@
-"""The causal-conv1d prefill of a batch of chunks, with prefix caching, in float64.
+"""The causal-conv1d prefill of a batch of chunks, with prefix caching (docs/contracts.md#conv_prefill), in
+float64.
 
 Row b (tokens ``x_b [dim, L]``, block-table row ``idx[b]``) is skipped when it
 has no tokens or its initial entry ``src = idx[b, init[b]]`` is the pad value

@@ -1,5 +1,6 @@
-"""conv_prefill: the oracle on hand-worked chunks (a boundary crossed with W = 3), its ill-posed and
-out-of-range cases, the columns vLLM derives, and the contract's memory, options and draws."""
+"""conv_prefill (docs/contracts.md#conv_prefill): the oracle on hand-worked chunks (a boundary crossed with
+W = 3), its ill-posed and out-of-range cases, the columns vLLM derives, and the contract's memory, options
+and draws."""
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""The `conv_prefill` case: one causal-conv1d prefill batch over a conv-state pool, with prefix caching.
+"""The `conv_prefill` case (docs/contracts.md#conv_prefill): one causal-conv1d prefill batch over a conv-state
+pool, with prefix caching.
 
 The pool is ``[slots, dim, state_len]`` elements of ``dtype`` at byte
 ``offset``, slots ``slot_stride`` bytes apart; ``layout`` says which axis is
