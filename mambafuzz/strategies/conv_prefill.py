@@ -60,7 +60,7 @@ def _row_geometry(draw, lim: dict, width: int, bs: int | None):
         length = draw(st.integers(1, lim["len"]))
     else:
         length = 0
-    return c, min(length, first_boundary + 3 * bs + width)  # at most 3 boundaries: a table of a few columns
+    return c, min(length, first_boundary + 3 * bs + width)  # at most 4 boundaries: a table of a few columns
 
 
 @st.composite
