@@ -33,6 +33,7 @@ BUILTIN = (
     "mambafuzz.contracts.state_scatter",
     "mambafuzz.contracts.ssm_update",
     "mambafuzz.contracts.delta_update",
+    "mambafuzz.contracts.conv_prefill",
 )
 ENTRY_POINTS = "mambafuzz.contracts"
 

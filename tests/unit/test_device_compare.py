@@ -15,14 +15,14 @@ from mambafuzz.judge.materialize import materialize
 from mambafuzz.kernels import registry
 from mambafuzz.strategies import for_contract
 
-CONTRACTS = ["ssm_update", "delta_update", "conv_update", "state_scatter", "state_copy"]
+CONTRACTS = ["ssm_update", "delta_update", "conv_update", "state_scatter", "state_copy", "conv_prefill"]
 
 
 def _wrong(t: torch.Tensor, i: int) -> None:
-    """Make element `i` of `t` wrong beyond any tolerance: infinite where floats, one more elsewhere
-    (in a broadcast view, every element sharing its memory with it too)."""
+    """Make element `i` of `t` wrong beyond any tolerance: infinite where floats, flipped where bools, one
+    more elsewhere (in a broadcast view, every element sharing its memory with it too)."""
     at = tuple(int(j) for j in np.unravel_index(i, tuple(t.shape)))
-    t[at] = float("inf") if t.dtype.is_floating_point else t[at] + 1
+    t[at] = float("inf") if t.dtype.is_floating_point else ~t[at] if t.dtype == torch.bool else t[at] + 1
 
 
 @pytest.mark.parametrize("contract", CONTRACTS)

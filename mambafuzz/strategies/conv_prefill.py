@@ -1,0 +1,164 @@
+"""Conv prefill batches (`conv_prefill`), drawn where the engines' prefix-caching bugs hide.
+
+Most rows take their columns as vLLM derives them from the tokens computed
+before (``c``), the chunk's length and the block size; the rest take arbitrary
+ones (the initial block also the final one or a boundary's, has_initial_state
+drawn on its own), keeping ``last - first`` the boundaries crossed.  Drawn on
+purpose: chunks shorter than ``W - 1`` (right after a block boundary, so the
+initial and final blocks differ), a boundary fewer than ``W - 1`` tokens into
+the chunk, chunks crossing several boundaries, rows without an initial state
+over the stale values of their initial block, pad rows (read entry the pad),
+pad destinations, empty rows, 1-D tables (strided: a column of a wider one) and
+2-D ones with padded rows, both pool layouts, and one case in ``huge_one_in``
+with a slot past 2^31 elements (16-bit states) or 2 GiB (32-bit) on an entry
+the prefill reads or stores, reached by a slot number, not a huge stride.
+Live rows never share a slot.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from mambafuzz.contracts.cases.conv_prefill import DTYPES, LAYOUTS, ConvPrefillCase
+
+from .perturb import maybe_perturb
+from .profiles import Profile
+
+HUGE = 1 << 31
+MAX_SPARSE = 7 << 30
+
+
+def _limits(profile: Profile) -> dict:
+    if profile.max_rows <= 16:  # the CPU profile: every program is interpreted
+        return {"rows": 4, "dim": 12, "wide_dim": 64, "len": 12, "blocks": 3, "block_units": (8, 16), "spare": 2,
+                "slots": 8, "huge_one_in": 3}
+    return {"rows": 32, "dim": 256, "wide_dim": 1024, "len": 160, "blocks": 6, "block_units": (64, 64), "spare": 3,
+            "slots": 160, "huge_one_in": 6}
+
+
+def _crossed(c: int, length: int, bs: int) -> int:
+    return len(range(bs - c % bs, length, bs))
+
+
+def _row_geometry(draw, lim: dict, width: int, bs: int | None):
+    """(computed, length) of one row: lengths short of the window, around and across block boundaries."""
+    short = max(1, width - 2)
+    if bs is None:
+        kind = draw(st.sampled_from(("short", "any", "any", "empty")))
+        return 0, {"short": draw(st.integers(1, short)), "any": draw(st.integers(1, lim["len"])), "empty": 0}[kind]
+    near = bs - draw(st.integers(1, max(1, min(width - 1, bs))))           # c % bs: a boundary near the start
+    rest = draw(st.sampled_from((0, 0, bs - 1, near, draw(st.integers(0, bs - 1)))))
+    c = bs * draw(st.integers(0, lim["blocks"])) + rest
+    first_boundary = bs - c % bs
+    kind = draw(st.sampled_from(("short", "short", "cross", "cross", "many", "any", "empty")))
+    if kind == "short":
+        length = draw(st.integers(1, short))
+    elif kind == "cross":
+        length = first_boundary + draw(st.integers(1, max(1, width)))
+    elif kind == "many":
+        length = first_boundary + bs * draw(st.integers(1, 2)) + draw(st.integers(1, max(1, width)))
+    elif kind == "any":
+        length = draw(st.integers(1, lim["len"]))
+    else:
+        length = 0
+    return c, min(length, first_boundary + 3 * bs + width)  # at most 4 boundaries: a table of a few columns
+
+
+@st.composite
+def conv_prefill_cases(draw, profile: Profile, pad: int = -1, max_width: int = 6, conv_layout: str = "both",
+                       block_multiple: int = 1, cache_mode: str = "both"):
+    lim = _limits(profile)
+    dtype = draw(st.sampled_from(tuple(DTYPES)))
+    elem = DTYPES[dtype]
+    layout = draw(st.sampled_from(LAYOUTS if conv_layout == "both" else (conv_layout,)))
+    width = draw(st.integers(2, max_width))
+    dim = draw(st.integers(1, lim["dim"]) | st.integers(lim["dim"], lim["wide_dim"]))
+    rows = draw(st.integers(1, lim["rows"]))
+    apc = cache_mode == "all" or (cache_mode == "both" and draw(st.integers(0, 3)) > 0)
+    bs = None
+    if apc:
+        largest = lim["block_units"][0 if block_multiple == 1 else 1]  # the CPU's: 1..8, or 8 and 16
+        bs = block_multiple * draw(st.integers(1, max(1, largest // block_multiple)))
+
+    # per row: tokens, computed, columns (init, first, last), has_initial_state
+    geometry = [_row_geometry(draw, lim, width, bs) for _ in range(rows)]
+    lens = tuple(length for _, length in geometry)
+    columns, has_init = [], []
+    for c, length in geometry:
+        if not apc:
+            columns.append((0, 0, 0))
+            has_init.append(draw(st.integers(0, 3)) > 0)
+        elif draw(st.integers(0, 3)) > 0:  # as the engine derives them
+            init = max(-(-c // bs) - 1, 0)
+            columns.append((init, c // bs, max(-(-(c + length) // bs) - 1, 0)))
+            has_init.append(c > 0)
+        else:  # arbitrary columns, as many boundary columns as boundaries crossed
+            n = _crossed(c, length, bs) if length else 0
+            first = draw(st.integers(0, 3))
+            last = first + n
+            init = draw(st.sampled_from((last, first, draw(st.integers(0, last + 2)))))
+            columns.append((init, first, last))
+            has_init.append(draw(st.booleans()))
+    cols = max(max(col) for col in columns) + 1
+    cols += draw(st.integers(0, lim["spare"])) if apc or draw(st.booleans()) else 0
+    idx_2d = cols > 1 or draw(st.booleans())
+
+    # slots: each live row's entries are fresh ones (pad 0 keeps slot 0 the null block)
+    first_slot = 0 if pad == -1 else 1
+    slot_count = max(draw(st.integers(1, lim["slots"])), first_slot + rows * cols + 1)
+    fresh = iter(draw(st.permutations(range(first_slot, slot_count))))
+    idx = []
+    for b in range(rows):
+        init, first, last = columns[b]
+        row = [next(fresh) for _ in range(cols)]
+        stores = [first + k for k in range(last - first)] + [last]
+        kind = draw(st.sampled_from(("live", "live", "live", "pad", "pad_dst", "spare_pad")))
+        if kind == "pad":
+            row[init] = pad
+            if draw(st.booleans()):  # a padding row of the batch: every entry the pad
+                row = [pad] * cols
+        elif kind == "pad_dst":
+            spare = [c for c in stores if c != init]
+            if spare:
+                row[draw(st.sampled_from(spare))] = pad
+        elif kind == "spare_pad":  # unused entries hold the pad (blocks not allocated)
+            row = [v if c <= max(init, last) else pad for c, v in enumerate(row)]
+        idx.append(row)
+
+    state_len = width - 1 + draw(st.sampled_from([0, 0, 0, 1, 3]))
+    slot_bytes = dim * state_len * elem
+    slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
+    offset = elem * draw(st.integers(0, 16))
+    huge_n = lim["huge_one_in"]
+    if huge_n and draw(st.integers(0, huge_n - 1)) == 0:
+        # past 2^31 elements where the arena allows (a kernel's 32-bit slot * stride is in elements),
+        # else past 2 GiB of bytes (a byte offset in 32 bits)
+        reach = HUGE * elem if HUGE * elem + slot_stride * 4 < MAX_SPARSE else HUGE
+        if (reach - offset) // slot_stride + 4 >= HUGE - 1:  # slot numbers are int32 too
+            reach = HUGE
+        top_slot = (reach - offset) // slot_stride + draw(st.integers(0, 3))
+        top_slot = min(top_slot, (MAX_SPARSE - offset) // slot_stride - 1)
+        live = []  # the entries a correct prefill reads or stores
+        for b in range(rows):
+            init, first, last = columns[b]
+            if idx[b][init] == pad or lens[b] == 0:
+                continue
+            if has_init[b]:
+                live.append((b, init))
+            n = _crossed(geometry[b][0], lens[b], bs) if apc else 0
+            live += [(b, c) for c in [first + k for k in range(n)] + [last] if idx[b][c] != pad]
+        if live:
+            b, c = draw(st.sampled_from(sorted(set(live))))
+            keep = idx[b][c]
+            idx[b] = [top_slot if v == keep else v for v in idx[b]]
+            slot_count = top_slot + 1
+    idx_stride = cols + draw(st.sampled_from([0, 0, 1, 3]))
+    arena = offset + slot_count * slot_stride + 64
+    inits, firsts, lasts = zip(*columns)
+    return ConvPrefillCase(
+        arena_size=arena, dtype=dtype, layout=layout, offset=offset, slots=slot_count, dim=dim,
+        state_len=state_len, slot_stride=slot_stride, width=width, lens=lens, idx=tuple(map(tuple, idx)),
+        has_init=tuple(has_init), bias=draw(st.booleans()), silu=draw(st.booleans()), idx_2d=idx_2d,
+        idx_stride=idx_stride, apc=apc, block_size=bs or 0, init=inits if apc else None,
+        first=firsts if apc else None, last=lasts if apc else None,
+        computed=tuple(c for c, _ in geometry) if apc else None, pad=pad,
+        seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))
