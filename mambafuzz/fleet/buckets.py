@@ -273,3 +273,21 @@ def record_confirmation(client, keys: Keys, key: str, lineage: str, state: str, 
         if tries >= CONFIRM_TRIES:
             pipe.srem(keys.pending, key)
     hub.call(pipe.execute)
+
+
+def cases_of(client, keys: Keys, target: str, corpus_key: str, limit: int = 4) -> list[dict]:
+    """The best cases (JSON) of `target`'s buckets made under `corpus_key`, smallest first: what a worker
+    taking the target up tries before it draws (a box that died mid-shrink found them; the corpus may
+    not have them yet)."""
+    found = []
+    for key in hub.call(client.smembers, keys.buckets):
+        fields = hub.call(client.hgetall, keys.bucket(key))
+        if fields.get("target") != target or fields.get("versions") != corpus_key or not fields.get("best"):
+            continue
+        if not hub.call(client.scard, keys.members(key)):
+            continue
+        body = hub.call(client.get, keys.record(fields["best"]))
+        if body:
+            record = json.loads(body)
+            found.append((size_of(record), record["case"]))
+    return [case for _, case in sorted(found, key=lambda pair: pair[0])[:limit]]

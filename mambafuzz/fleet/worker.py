@@ -270,7 +270,7 @@ class _Worker:
         seed = self.opts.seed + SEED_STRIDE * self.turns if self.opts.seed is not None else None
         done_before = before.examples if before is not None else 0
         topts = dataclasses.replace(self.opts, deadline=self.deadline.share(leases.turns_left(lease)),
-                                    max_examples=done_before + owed, seed=seed,
+                                    max_examples=done_before + owed, seed=seed, seeds=self.seeds(name),
                                     corpus_key=self.fleet.corpus_keys.get(name, ""), turn_over=self.keeper.turn_over)
         hooks = _Turn(self, name, f"{self.me}:{self.turns}", done_before,
                       before.seconds if before is not None else 0.0)
@@ -281,6 +281,23 @@ class _Worker:
             self.now_or_later(lambda: self.leases.release(name))
         self.reports[name] = report
         return report
+
+    def seeds(self, name: str) -> tuple:
+        """The cases other workers found for `name` (the best of each of its buckets), tried first."""
+        from mambafuzz.contracts import case_from_json
+        from mambafuzz.errors import CaseError
+
+        try:
+            cases = buckets.cases_of(self.client, self.fleet.keys, name, self.fleet.corpus_keys.get(name, ""))
+        except HubDown:
+            return ()
+        out = []
+        for body in cases:
+            try:
+                out.append(case_from_json(body))
+            except CaseError:
+                continue
+        return tuple(out)
 
     def confirm(self) -> None:
         if not self.fleet.confirm or interrupt.requested():

@@ -569,8 +569,8 @@ class Session:
 
 def plain_options(opts) -> dict:
     """FuzzOptions -> plain dict for a worker (profile by name, paths as strings); no deadline (the
-    worker's comes in ``WorkerSpec.deadline``) and no turn_over (a campaign's worker makes its own)."""
-    body = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name not in ("deadline", "turn_over")}
+    worker's comes in ``WorkerSpec.deadline``) and no turn_over or seeds (a campaign's worker makes its own)."""
+    body = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name not in ("deadline", "turn_over", "seeds")}
     body["profile"] = opts.profile.name
     body["crashes_dir"] = str(opts.crashes_dir) if opts.crashes_dir is not None else None
     if body["database"] is not None and not isinstance(body["database"], str):

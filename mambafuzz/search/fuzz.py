@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, assume, example, given, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
@@ -172,6 +172,7 @@ class FuzzOptions:
     witness_seconds: float = 60.0        # the CPU child's time, its shrink included
     corpus_key: str = ""                 # more of what keys the target's corpus (a campaign: versions, source)
     turn_over: Callable[[], str | None] | None = None  # asked between examples: a reason to end the turn now
+    seeds: tuple = ()                    # cases tried first, before any drawn (a campaign's finds on other boxes)
 
     @property
     def flaky(self) -> bool:
@@ -564,6 +565,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         raise _CaseFailed(verdict.summary())
 
     chunk_index = 0 if resume is None else SECOND_TURN_CHUNKS  # --seed: other draws than the first turn's
+    seeds = opts.seeds
     report.stop = "max-examples"
     try:
         while report.examples < opts.max_examples and best.case is None:
@@ -572,6 +574,9 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                 break
             n = min(CHUNK, opts.max_examples - report.examples)
             test = given(strategy)(body)
+            for case in seeds:  # tried before the first chunk draws anything
+                test = example(case)(test)
+            seeds = ()
             test.hypothesis.inner_test._hypothesis_internal_add_digest = (
                 f"{target.name}|{opts.device}|{opts.mode}" + (f"|{opts.corpus_key}" if opts.corpus_key else "")
             ).encode()

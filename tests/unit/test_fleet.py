@@ -278,6 +278,25 @@ def test_a_turn_the_fleet_ends_stops_between_examples_as_fleet(tmp_path):
     assert report.stop == "fleet" and report.examples == 4 and report.detail == "another worker finished this target"
 
 
+def test_a_turn_tries_the_cases_other_boxes_found_before_it_draws(hub, tmp_path):
+    from mambafuzz.contracts import case_from_json
+    from mambafuzz.fleet import buckets
+    from mambafuzz.fleet.hub import Keys
+    from mambafuzz.kernels import registry
+    from mambafuzz.search.fuzz import fuzz_target
+
+    keys = Keys("camp")
+    theirs = _case_record([[0, 64, 40], [70, 110, 9]])  # TAIL-DROP fails on it: a box died shrinking it
+    for lineage, record, version in (("A:1", theirs, "v1"), ("B:1", _case_record([[0, 8, 1]]), "v2")):
+        buckets.push(hub, keys, _pushed(lineage, {**record, "target": "zoo.TAIL-DROP"}, version=version))
+    seeds = buckets.cases_of(hub, keys, "zoo.TAIL-DROP", "v1")
+    assert seeds == [theirs["case"]]  # v2's case was shaped for another version: not tried here
+    report = fuzz_target(registry.get("zoo.TAIL-DROP"), fuzz_options(
+        tmp_path, seed=5, database=None, shrink_budget=2, seeds=tuple(case_from_json(c) for c in seeds)))
+    assert report.finding.examples_to_first == 1  # the first example run is theirs
+    assert report.finding.case.size < case_from_json(theirs["case"]).size  # and shrunk from there
+
+
 # ---------------------------------------------------------------- confirm and collect
 @pytest.fixture(scope="module")
 def tail_drop(tmp_path_factory):
@@ -310,11 +329,14 @@ def test_collect_writes_the_confirmed_bucket_as_a_crash_file_replay_and_report_r
     from mambafuzz.fleet.confirm import confirm_pending
     from mambafuzz.report.load import load
 
+    from mambafuzz.fleet.outbox import Outbox
+
     keys, _ = _join(hub)
     case = tail_drop["case"]  # box A's case is bigger: one more row (TAIL-DROP drops every row's tail)
     bigger = {**tail_drop, "case": {**case, "arena_size": 64, "copies": case["copies"] + [[40, 50, 8]]}}
-    buckets.push(hub, keys, _pushed("A:1", bigger, "A", found_at=time.time()))
-    out = collect(server.url, tmp_path / "out")
+    Outbox(tmp_path / "crashes-A", "camp", owner="elsewhere:1").put(_pushed("A:1", bigger, "A", found_at=time.time()))
+    out = collect(server.url, tmp_path / "out", from_dirs=[tmp_path / "crashes-A"])  # box A ended with the hub down
+    assert out.sent == 1 and not Outbox(tmp_path / "crashes-A").waiting()
     assert out.files == [] and out.code == 3  # found, not confirmed yet: no file, not done
     assert confirm_pending(hub, keys, kind="cuda H200", corpus_key=lambda t: "v1", device="cuda",
                            worker="w", timeout=10) == []  # another kind of box: not its word to say
