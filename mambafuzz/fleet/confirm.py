@@ -8,6 +8,7 @@ and anything on a GPU in a child process outside any MPS server
 A replay that could not tell (the target would not import, the child died
 before it answered) is tried again later, up to ``buckets.CONFIRM_TRIES``.
 One worker replays a bucket at a time (``confirming:<key>``, with a time to live).
+A target done for a finding that no replay upholds is open again (``reopen_if_unfounded``).
 """
 from __future__ import annotations
 
@@ -65,7 +66,24 @@ def confirm_pending(client, keys: Keys, *, kind: str, corpus_key: Callable[[str]
                 continue
             state, line = replay_record(json.loads(body), device, timeout)
             buckets.record_confirmation(client, keys, key, lineage, state, line, worker)
+            if state == buckets.NOT_REPRODUCED:
+                reopen_if_unfounded(client, keys, fields.get("target", ""))
             done.append((key, state, line))
         finally:
             hub.call(client.delete, keys.confirming(key))
     return done
+
+
+def reopen_if_unfounded(client, keys: Keys, target: str) -> bool:
+    """A target done for a finding none of whose buckets stands (each replay said it did not reproduce: a
+    neighbour's fault on a shared GPU, a race too rare to show again) is open again; whether it was."""
+    done = hub.call(client.hget, keys.done, target)
+    if not done or json.loads(done).get("stop") != "finding":
+        return False
+    for key in hub.call(client.smembers, keys.buckets):
+        fields = hub.call(client.hgetall, keys.bucket(key))
+        if fields.get("target") == target and hub.call(client.scard, keys.members(key)) and (
+                fields.get("confirmed_record") or fields.get("state") == buckets.PENDING):
+            return False
+    hub.call(client.hdel, keys.done, target)
+    return True

@@ -190,6 +190,21 @@ def test_a_bucket_counts_once_a_replay_confirms_it_and_keeps_counting_while_a_sm
     assert buckets.read(hub, keys)[0].state == buckets.UNCONFIRMED and not hub.sismember(keys.pending, key)
 
 
+def test_a_target_done_for_a_finding_no_replay_upholds_is_open_again(hub):
+    from mambafuzz.fleet import buckets
+    from mambafuzz.fleet.confirm import reopen_if_unfounded
+    from mambafuzz.fleet.hub import Keys
+
+    keys = Keys("camp")
+    key = buckets.push(hub, keys, _pushed("A:1", _case_record([[0, 8, 1]])))
+    hub.hset(keys.done, "zoo.Y", json.dumps({"stop": "finding"}))
+    assert not reopen_if_unfounded(hub, keys, "zoo.Y")  # its bucket still waits for a replay
+    buckets.record_confirmation(hub, keys, key, "A:1", buckets.NOT_REPRODUCED, "fixed: 0/100", "w")
+    assert reopen_if_unfounded(hub, keys, "zoo.Y") and not hub.hexists(keys.done, "zoo.Y")
+    hub.hset(keys.done, "zoo.Y", json.dumps({"stop": "max-examples"}))
+    assert not reopen_if_unfounded(hub, keys, "zoo.Y")  # done for its examples: stays done
+
+
 # ---------------------------------------------------------------- the outbox
 def test_a_finding_waits_in_the_outbox_while_the_hub_is_down_and_goes_when_it_answers(hub, server, tmp_path):
     from mambafuzz.fleet import buckets
