@@ -18,7 +18,8 @@ is ignored).  A lineage may move to another bucket as it shrinks (the region
 of an unshrunk case); the bucket it leaves forgets it.  A bucket's count is
 its lineages, its boxes theirs; its best is the smallest case among them.
 A bucket counts only once a replay confirmed its best (``confirm``): a new
-best sends it back to ``pending``, the last confirmed record kept meanwhile.
+best sends it back to ``pending``, the last confirmed record kept meanwhile;
+a new finding in a bucket whose replay said no (or could not tell) asks again.
 """
 from __future__ import annotations
 
@@ -161,10 +162,15 @@ def _push(client, keys: Keys, item: Pushed) -> str:
                     fields["first_found"] = item.found_at
                 elif item.found_at < float(bucket.get("first_found") or item.found_at):
                     fields["first_found"] = item.found_at
-                if not bucket.get("best") or bucket.get("best") == item.lineage or size < json.loads(
-                        bucket.get("best_size") or "[]"):
+                best_size = json.loads(bucket.get("best_size") or "[]")
+                again = bucket.get("state") in (NOT_REPRODUCED, UNCONFIRMED) and (not old or moved_from)
+                if not bucket.get("best") or bucket.get("best") == item.lineage or size < best_size or (
+                        again and size <= best_size):
                     fields.update(best=item.lineage, best_size=json.dumps(size),
                                   confirm_kind=item.where.get("kind", "?"), state=PENDING, tries=0)
+                    pipe.sadd(keys.pending, key)
+                elif again:  # seen again after a replay said no: its best is replayed once more
+                    fields.update(state=PENDING, tries=0)
                     pipe.sadd(keys.pending, key)
                 pipe.hset(keys.bucket(key), mapping=fields)
                 if moved_from:

@@ -144,16 +144,22 @@ def test_the_hub_restarted_mid_campaign_the_boxes_carry_on_and_their_findings_ar
     boxes = {}
     try:
         for name in "DE":
-            boxes[name] = _box(workdir, hub.url, "restart", name, targets, "--max-examples", "400", "--time", "60")
+            boxes[name] = _box(workdir, hub.url, "restart", name, targets, "--max-examples", "400", "--time", "60",
+                               "--shrink-time", "1")
         _until("both boxes fuzzing", lambda: client.zcard(p + "lease:fleetk:trig_wrong")
                and (client.zcard(p + "lease:fleetk:ok_a") or client.hexists(p + "done", "fleetk:ok_a")))
         hub.stop()  # the hub goes away mid-campaign
         (workdir / "TRIGGER").write_text("")  # and the bug shows while it is away
         pending = _until("a finding kept while the hub is down",
                          lambda: [q for name in "DE" for q in (workdir / f"crashes-{name}").rglob("*.pending")])
+        (workdir / "TRIGGER").unlink()  # from now on nobody finds it again: only what waited can reach the hub
+        time.sleep(3.0)  # the finder's turn is over (its shrink had 1 s): nothing left to send but what waits
         assert all(proc.poll() is None for proc in boxes.values())  # the boxes carry on
-        time.sleep(1.0)
         hub.start()  # back, with its data (append-only file)
+        _until("the waiting finding on the hub while the boxes still run", lambda: client.scard(p + "buckets"),
+               timeout=20)
+        assert all(proc.poll() is None for proc in boxes.values())
+        (workdir / "TRIGGER").write_text("")  # the bug again: a replay confirms it (or a box finds it anew)
         results = {name: _finish(boxes[name]) for name in "DE"}
         done = client.hgetall(p + "done")
     finally:

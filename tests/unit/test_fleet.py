@@ -155,9 +155,9 @@ def test_two_boxes_finding_one_bug_make_one_bucket_counted_twice_with_the_smalle
     (b,) = buckets.read(hub, keys)
     assert (b.count, b.boxes, b.fields["best"], b.first_found) == (2, ["A", "B"], "B:1", 101.0)
     assert b.state == buckets.PENDING and not b.counts and hub.sismember(keys.pending, key)
-    # a lineage's older version arriving late changes nothing; a newer one of A, smaller, is the best
-    buckets.push(hub, keys, _pushed("A:1", big, "A", seq=1))
+    # a newer version of A's finding, smaller, is the best; its older version arriving late changes nothing
     buckets.push(hub, keys, _pushed("A:1", _case_record([[0, 4, 1]]), "A", seq=2))
+    buckets.push(hub, keys, _pushed("A:1", big, "A", seq=1))
     (b,) = buckets.read(hub, keys)
     assert b.count == 2 and b.fields["best"] == "A:1" and b.best["case"]["copies"] == [[0, 4, 1]]
     # a lineage that shrinks into another region leaves its first bucket (which forgets it)
@@ -188,6 +188,11 @@ def test_a_bucket_counts_once_a_replay_confirms_it_and_keeps_counting_while_a_sm
     for _ in range(buckets.CONFIRM_TRIES):
         buckets.record_confirmation(hub, keys, key, "B:1", buckets.UNCONFIRMED, "child died", "w")
     assert buckets.read(hub, keys)[0].state == buckets.UNCONFIRMED and not hub.sismember(keys.pending, key)
+    buckets.push(hub, keys, _pushed("A:1", _case_record([[0, 64, 40]]), "A", seq=2))  # known lineage: no news
+    assert buckets.read(hub, keys)[0].state == buckets.UNCONFIRMED
+    buckets.push(hub, keys, _pushed("C:1", _case_record([[0, 16, 1]]), "C"))  # seen again: replayed again
+    (b,) = buckets.read(hub, keys)
+    assert b.state == buckets.PENDING and b.fields["best"] == "B:1" and hub.sismember(keys.pending, key)
 
 
 def test_a_target_done_for_a_finding_no_replay_upholds_is_open_again(hub):
@@ -293,23 +298,34 @@ def test_a_turn_the_fleet_ends_stops_between_examples_as_fleet(tmp_path):
     assert report.stop == "fleet" and report.examples == 4 and report.detail == "another worker finished this target"
 
 
+def _picky(src_ptrs, dst_ptrs, sizes, *, arena):
+    """A memmove that drops a byte only for rows of exactly 40 and 9 bytes: no draw finds it soon."""
+    base = arena.data_ptr()
+    wrong = sizes.tolist() == [40, 9]
+    for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+        n -= wrong
+        arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+
+
 def test_a_turn_tries_the_cases_other_boxes_found_before_it_draws(hub, tmp_path):
     from mambafuzz.contracts import case_from_json
     from mambafuzz.fleet import buckets
     from mambafuzz.fleet.hub import Keys
-    from mambafuzz.kernels import registry
+    from mambafuzz.kernels.registry import Target
     from mambafuzz.search.fuzz import fuzz_target
 
     keys = Keys("camp")
-    theirs = _case_record([[0, 64, 40], [70, 110, 9]])  # TAIL-DROP fails on it: a box died shrinking it
+    theirs = _case_record([[0, 64, 40], [105, 118, 9]])  # a box died shrinking it
     for lineage, record, version in (("A:1", theirs, "v1"), ("B:1", _case_record([[0, 8, 1]]), "v2")):
-        buckets.push(hub, keys, _pushed(lineage, {**record, "target": "zoo.TAIL-DROP"}, version=version))
-    seeds = buckets.cases_of(hub, keys, "zoo.TAIL-DROP", "v1")
+        buckets.push(hub, keys, _pushed(lineage, {**record, "target": "t:picky"}, version=version))
+    seeds = buckets.cases_of(hub, keys, "t:picky", "v1")
     assert seeds == [theirs["case"]]  # v2's case was shaped for another version: not tried here
-    report = fuzz_target(registry.get("zoo.TAIL-DROP"), fuzz_options(
-        tmp_path, seed=5, database=None, shrink_budget=2, seeds=tuple(case_from_json(c) for c in seeds)))
+    target = Target("t:picky", "batch_memcpy", "user", "full", "picky", _picky)
+    opts = fuzz_options(tmp_path, seed=5, database=None, shrink_budget=2, max_examples=30)
+    assert fuzz_target(target, opts).finding is None  # drawing alone does not find it
+    report = fuzz_target(target, fuzz_options(tmp_path, seed=5, database=None, shrink_budget=2, max_examples=30,
+                                              seeds=tuple(case_from_json(c) for c in seeds)))
     assert report.finding.examples_to_first == 1  # the first example run is theirs
-    assert report.finding.case.size < case_from_json(theirs["case"]).size  # and shrunk from there
 
 
 # ---------------------------------------------------------------- confirm and collect
@@ -400,3 +416,31 @@ def test_fuzz_with_a_bad_hub_or_campaign_is_one_line_before_anything_runs(hub, s
         assert main(base + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], err
+
+
+def _command(text: str, start: str) -> list[str]:
+    """The shell command that starts at `start` in `text`, its continuation lines joined, split as sh does."""
+    import shlex
+
+    joined = ""
+    for part in text[text.index(start):].splitlines():
+        joined += part.strip().rstrip("\\") + " "
+        if not part.rstrip().endswith("\\"):
+            break
+    return shlex.split(joined.rstrip().rstrip("&"))
+
+
+def test_the_examples_start_boxes_with_command_lines_mambafuzz_reads():
+    from common import ROOT
+    from mambafuzz.cli import build_parser
+
+    slurm = (ROOT / "examples" / "fleet" / "slurm.sbatch").read_text()
+    k8s = (ROOT / "examples" / "fleet" / "kubernetes.yaml").read_text()
+    assert "#SBATCH --signal=B:TERM@120" in slurm and "\nexec mambafuzz fuzz" in slurm  # the signal reaches it
+    for argv in (_command(slurm, "exec mambafuzz fuzz")[1:], _command(k8s, "mambafuzz fuzz")):
+        args = build_parser().parse_args(argv[1:])
+        assert args.command == "fuzz" and args.fleet and args.campaign and args.time and args.crashes_dir
+    for text in (slurm, k8s):
+        collect = _command(text, "mambafuzz collect")
+        assert build_parser().parse_args(collect[1:]).command == "collect"
+    assert "trap 'term=1; kill -TERM $child' TERM INT" in k8s  # sh as PID 1 passes SIGTERM on
