@@ -386,6 +386,12 @@ def test_collect_writes_the_confirmed_bucket_as_a_crash_file_replay_and_report_r
     report = load(tmp_path / "out")
     assert report.kind == "campaign" and report.targets[0].finding is not None
     assert report.campaign["buckets"][0]["file"] == str(path.relative_to(tmp_path / "out"))
+    pytest.importorskip("plotly")
+    from mambafuzz.report.render import render
+
+    page = render(report)
+    campaign = page[page.index('id="campaign"'):page.index('id="findings"')]
+    assert "Examples per target per box" in campaign and ">A<" in campaign and "zoo.TAIL-DROP" in campaign
     assert (tmp_path / "out" / "campaign.txt").read_text().startswith("campaign camp (complete")
     # another box finds a smaller case: collecting again replaces the file (after its replay)
     buckets.push(hub, keys, _pushed("B:1", tail_drop, "B"))
@@ -444,3 +450,28 @@ def test_the_examples_start_boxes_with_command_lines_mambafuzz_reads():
         collect = _command(text, "mambafuzz collect")
         assert build_parser().parse_args(collect[1:]).command == "collect"
     assert "trap 'term=1; kill -TERM $child' TERM INT" in k8s  # sh as PID 1 passes SIGTERM on
+
+
+def test_a_crash_the_session_makes_is_pushed_and_ends_its_target_unless_it_waits_for_its_replay(hub, server,
+                                                                                              tmp_path):
+    from common import LEFT_SHIFT
+    from mambafuzz import findings
+    from mambafuzz.fleet import buckets
+    from mambafuzz.fleet.hub import Keys
+    from mambafuzz.fleet.worker import Fleet
+    from mambafuzz.judge.engine import Verdict
+
+    entries = [{"name": n, "spec": n, "contract": "batch_memcpy", "overlap": "full"} for n in ("t:crash", "t:mps")]
+    fleet = Fleet(server.url, "camp", "S", entries, {"targets": entries}, {"t:crash": "v1", "t:mps": "v1"},
+                  str(tmp_path))
+    for name, suspect in (("t:crash", False), ("t:mps", True)):
+        verdict = Verdict(reps=1, failures=1, mode="race", fault="worker died (exit code -11)", fault_kind="crash")
+        finding = findings.Finding(target=name, contract="batch_memcpy", device="cpu", mode="race", case=LEFT_SHIFT,
+                                   verdict=verdict)
+        findings.save(finding, tmp_path)  # on disk first, as the session writes it
+        fleet.session_found(finding, suspect)
+    got = {b.fields["target"]: b for b in buckets.read(hub, Keys("camp"))}
+    assert got["t:crash"].fields["signature"] == "crash: worker died (exit code -#)"
+    assert got["t:crash"].boxes == ["S"] and got["t:mps"].state == buckets.PENDING
+    assert hub.hexists(Keys("camp").done, "t:crash")  # its worker died on it: done, no other box dies there too
+    assert not hub.hexists(Keys("camp").done, "t:mps")  # a fault on a shared GPU: its replay alone decides
