@@ -337,7 +337,7 @@ def tail_drop(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("tail")
     report = fuzz_target(registry.get("zoo.TAIL-DROP"), fuzz_options(folder, seed=1, database=None,
-                                                                     shrink_budget=5))
+                                                                     shrink_budget=2))
     return json.loads(report.finding.path.read_text())
 
 
