@@ -30,6 +30,11 @@ class Inconclusive(MambafuzzError):
     """The run could not check the kernel on this case; the message says why in one line."""
 
 
+class InterpreterGap(Inconclusive, NotImplementedError):
+    """A construct Triton's interpreter cannot run and mambafuzz does not mend (raised by ``interp``):
+    the message names it and what to do; the run is inconclusive, never a finding."""
+
+
 class InternalError(MambafuzzError):
     """mambafuzz itself failed; ``traceback`` holds the full text for the error file."""
 

@@ -1,4 +1,4 @@
-"""Hand-built cases where known races and bugs show on a GPU (the geometries SPEC section 4 measured).
+"""Hand-built cases where known races and bugs show on a GPU (the geometries where they were measured on an H200).
 
 Strategies draw cases at random; these are fixed, large, named ones that the
 GPU benchmarks (``bench/gpu_racy.py``, ``bench/amplify_bench.py``) and the GPU

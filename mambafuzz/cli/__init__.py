@@ -232,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("replay", help="re-run saved crash files", fill=fill_replay)
     sub.add_parser("report", help="one static HTML page from a --json report, a session or crash files",
                    fill=fill_report)
+
     def fill_collect(p):
         from mambafuzz.fleet.command import add_collect_arguments
         add_collect_arguments(p)
@@ -703,10 +704,10 @@ def replay_lines(rows, width: int = 80) -> list[str]:
     lines = []
     for i, r in enumerate(rows, 1):
         lines.append(f"{i} {r.path}")
-        detail = r.detail()
-        if detail:
-            lines += textwrap.wrap(detail, width=width, initial_indent="  ", subsequent_indent="  ",
-                                   break_long_words=False, break_on_hyphens=False)
+        for text in (r.detail(), r.divergence()):     # the divergence is a fact on a line of its own
+            if text:
+                lines += textwrap.wrap(text, width=width, initial_indent="  ", subsequent_indent="  ",
+                                       break_long_words=False, break_on_hyphens=False)
     return lines
 
 

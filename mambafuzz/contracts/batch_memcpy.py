@@ -1,4 +1,5 @@
-"""Contract `batch_memcpy` (SPEC 2.2): copy i is a memmove of sizes[i] bytes from src_ptrs[i] to dst_ptrs[i].
+"""Contract `batch_memcpy` (docs/contracts.md#batch_memcpy): copy i is a memmove of sizes[i] bytes from src_ptrs[i] to
+dst_ptrs[i].
 
 Cases are rows of (src, dst, size) byte offsets into one arena; the batch must
 be well-posed (no byte written by one row is touched by another).  A user

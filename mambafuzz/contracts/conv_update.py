@@ -1,4 +1,5 @@
-"""Contract `conv_update` (SPEC 2.7.1): the causal-conv1d state update of a decode or spec-decode step.
+"""Contract `conv_update` (docs/contracts.md#conv_update): the causal-conv1d state update of a decode or spec-decode
+step.
 
 The target gets vLLM's ``causal_conv1d_update`` arguments as tensors: ``x``
 (``[B, dim, L]``, or ``[T, dim]`` with ``query_start_loc``), ``conv_state``

@@ -1,5 +1,5 @@
-"""Contract `delta_update` (SPEC 2.7.4): the gated delta rule (GDN; KDA with a per-K decay) of a decode or
-spec-decode step, its state read from and stored to a pool through index arrays.
+"""Contract `delta_update` (docs/contracts.md#delta_update): the gated delta rule (GDN; KDA with a per-K decay) of a
+decode or spec-decode step, its state read from and stored to a pool through index arrays.
 
 The target gets vLLM's ``fused_recurrent_gated_delta_rule`` arguments (tokens packed: ``q``, ``k``
 ``[T, H, K]``, ``v [T, HV, V]``, ``g``, ``beta``; ``initial_state`` the pool, updated in place;

@@ -1,4 +1,5 @@
-"""Contract `postprocess` (SPEC 2.5): the align-mode decision after a spec-decode step, then the copies.
+"""Contract `postprocess` (docs/contracts.md#postprocess): the align-mode decision after a spec-decode step, then the
+copies.
 
 Per request the target decides from (num_computed, num_scheduled, num_draft,
 num_accepted, state_idx) whether and where to copy every state, copies them,

@@ -1,4 +1,5 @@
-"""Contract `slot_copy` (SPEC 2.6): for every buffer and layer, slot dst_idx[i] gets slot src_idx[i] as it was.
+"""Contract `slot_copy` (docs/contracts.md#slot_copy): for every buffer and layer, slot dst_idx[i] gets slot
+src_idx[i] as it was.
 
 Index-based pools (LightLLM, SGLang, TensorRT-LLM): buffers ``[L, S, *trailing]``
 and a batch of (source slot, destination slot) pairs.  Snapshot semantics: a

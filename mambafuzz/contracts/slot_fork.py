@@ -1,4 +1,5 @@
-"""Contract `slot_fork` (SPEC 2.6): slot src_idx[i], as it was, goes to each of dst_idx[i, :] in every layer.
+"""Contract `slot_fork` (docs/contracts.md#slot_fork): slot src_idx[i], as it was, goes to each of dst_idx[i, :] in
+every layer.
 
 The fork of a request's state into N children (parallel sampling, beam
 search).  A child may be another pair's parent (a chain), or its own parent (a

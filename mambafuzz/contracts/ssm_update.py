@@ -1,4 +1,5 @@
-"""Contract `ssm_update` (SPEC 2.7.3): the Mamba2 selective state update of a decode or spec-decode step.
+"""Contract `ssm_update` (docs/contracts.md#ssm_update): the Mamba2 selective state update of a decode or spec-decode
+step.
 
 The target gets vLLM's ``selective_state_update`` arguments as tensors:
 ``state [S, H, D, N]`` (the pool, slots maybe padded), ``x``, ``dt`` (``[B, H,
@@ -13,7 +14,7 @@ be further apart than 1 and C; dst None: in place), ``num_accepted_tokens``,
 Checked: every stored state within ``oracle.ssm_update``'s bound, every other
 slot exactly unchanged (the pad slot included); ``out`` within its bound
 except a skipped row's (pad or no tokens: vLLM writes it from a zero state,
-SPEC calls it anything); every input unchanged.  ``exact`` cases keep the pool
+the contract judges none of it); every input unchanged.  ``exact`` cases keep the pool
 in the arena, byte for byte (padding, guard bytes, pools past 2 GiB, sparse
 past 256 MiB): their values make fp32 math exact (A = 0 so exp(A dt) = 1, no
 softplus, dt, x, B and the pool small multiples of 1/8 and 1/4).  Other cases

@@ -1,4 +1,5 @@
-"""Contract `state_copy` (SPEC 2.4): request i copies every state from column src_col to dst_col with a token bias.
+"""Contract `state_copy` (docs/contracts.md#state_copy): request i copies every state from column src_col to dst_col
+with a token bias.
 
 Conv states (SD or DS layout) shift tokens ``bias..`` of the source block to
 ``0..`` of the destination block; temporal states copy block ``src_col + bias``

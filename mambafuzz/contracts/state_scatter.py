@@ -1,4 +1,5 @@
-"""Contract `state_scatter` (SPEC 2.7.2): commit the accepted step's state into each request's slot.
+"""Contract `state_scatter` (docs/contracts.md#state_scatter): commit the accepted step's state into each request's
+slot.
 
 The target gets SGLang's ``fused_mamba_state_scatter_with_mask(dst, src,
 dst_indices, step_indices)`` arguments as tensors: ``pool`` (``[L, S, E]``, or

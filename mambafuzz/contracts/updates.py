@@ -1,5 +1,5 @@
-"""What every update contract of SPEC 2.7 shares: stored floats to float64 and back, distinct finite
-values to fill slots with, pools of distinct values at the cost of one slot (``slot_values``), tensors on the
+"""What every update contract (docs/contracts.md#update-rules) shares: stored floats to float64 and back, distinct
+finite values to fill slots with, pools of distinct values at the cost of one slot (``slot_values``), tensors on the
 case's device for the kernel and the oracle, the pad and min-accepted options, and the one-row-fewer
 shrink step."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from mambafuzz.errors import UsageError
 
 from .base import CliOption, Output
 
-# every update contract's CLI options: the engine's pad value and whether nacc can be 0 (SPEC 2.7)
+# every update contract's CLI options: the engine's pad value and whether nacc can be 0 (docs/contracts.md#pad)
 UPDATE_CLI_OPTIONS = (
     CliOption("pad", ("-1", "0"), "-1", "the pad slot id your engine uses: -1 (SGLang, vLLM before "
                                          "2026-02) or 0 (vLLM's null block: slot 0 is never stored)"),
@@ -114,7 +114,7 @@ def unchanged_inputs(args: dict, names: tuple[str, ...]) -> tuple[Output, ...]:
 
 
 def pad_option(contract: str, value) -> int:
-    """The pad value P of SPEC 2.7 (-1 or 0) from an option's text; UsageError in one line otherwise."""
+    """The pad value P (docs/contracts.md#pad: -1 or 0) from an option's text; UsageError in one line otherwise."""
     pad = int(value) if str(value).lstrip("-").isdigit() else None
     if pad not in (-1, 0):
         raise UsageError(f"{contract} option pad must be -1 or 0, got {value!r}")

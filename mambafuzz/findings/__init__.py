@@ -128,9 +128,12 @@ class Finding:
                          f"(< {self.verdict.rate_upper95:.2g} at 95%)")
         if self.witness:
             try:
-                lines.append(Witness.from_json(self.witness).line())
+                witness = Witness.from_json(self.witness)
             except (ValueError, TypeError):
-                pass
+                return lines
+            lines.append(witness.line())
+            if witness.divergence:
+                lines.append(witness.divergence)
         return lines
 
     @classmethod

@@ -70,6 +70,10 @@ class ReplayRow:
             return self.reason
         return self.verdict.summary() if self.verdict.failed else findings.rate_line(self.verdict)
 
+    def divergence(self) -> str:
+        """A GPU crash file replayed on the CPU: where the interpreted values differ from the GPU's."""
+        return (self.verdict.divergence or "") if self.verdict is not None else ""
+
     def line(self) -> str:
         """The row's verdict in one line: 'still failing: race at copy.py:214 (store) and ... (deterministic)',
         'fixed: 0/100 (rate < 0.03 at 95%)'."""
@@ -130,8 +134,11 @@ def replay_one(record: findings.CrashRecord, *, device: str, reps: int | None, m
         if target.contract != record.case.contract:
             return ReplayRow(record.path, name, COULD_NOT_RUN,
                              reason=f"target contract {target.contract} != crash contract {record.case.contract}")
+        compiled = None
+        if device == "cpu" and record.body.get("device") == "cuda" and against is None:
+            compiled = Verdict.from_json(record.body["verdict"]).mismatch   # what the GPU recorded
         verdict = run_case(target.fn, record.case, device, reps=reps or record.body.get("reps") or 1,
-                           mode=mode or record.body["mode"])
+                           mode=mode or record.body["mode"], compiled=compiled)
     except UsageError as exc:  # CaseError too: geometry the oracle rejects
         return ReplayRow(record.path, name, COULD_NOT_RUN, reason=str(exc))
     except (Inconclusive, InternalError, Rejected) as exc:  # Rejected: the target declines the case now

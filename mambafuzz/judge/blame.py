@@ -25,6 +25,8 @@ import os
 import traceback
 from dataclasses import dataclass
 
+from mambafuzz.errors import InterpreterGap
+
 KERNEL, COMPILE, INTERPRETER, MAMBAFUZZ = "kernel", "compile", "interpreter", "mambafuzz"
 
 # the package's folder (this file is in judge/): every frame under it but the kernels is ours
@@ -84,14 +86,18 @@ class Blame:
 
 
 # Constructs an interpreter cannot run: (exception type name, message part, source part, what to
-# call it, first Triton release whose interpreter runs it, None for none).  mambafuzz mends the
-# loaded loop bound on 3.5/3.6 (mambafuzz.interp); the entry stays for a
-# bound it does not mend (not an integer) and for a kernel run outside its adapters.
+# call it, what to do).  mambafuzz mends the loaded loop bound on 3.5/3.6 (mambafuzz.interp); the entry
+# stays for a bound it does not mend (not an integer) and for a kernel run outside its adapters.
 KNOWN_LIMITS = (
     ("TypeError", "0-dimensional arrays", "range(",
-     "a `for` loop over a bound loaded from memory (`range` over a tensor)", "3.7"),
+     "a `for` loop over a bound loaded from memory (`range` over a tensor)",
+     "Triton 3.7 and later can"),
     ("NotImplementedError", "inline_asm not supported", "inline_asm_elementwise(",
-     "inline assembly (`tl.inline_asm_elementwise`)", None),
+     "inline assembly (`tl.inline_asm_elementwise`)",
+     "no release's interpreter can (a --device cuda run checks it)"),
+    ("NotImplementedError", "Block pointers have been removed", "make_block_ptr(",
+     "block pointers (`tl.make_block_ptr`)",
+     "Triton 3.5 to 3.8 can (pip install 'triton<3.9' for the CPU check), or a --device cuda run"),
 )
 
 
@@ -114,6 +120,10 @@ def classify(exc: BaseException) -> Blame:
     innermost = owners[-1] if owners else "stdlib"
     in_triton = any(o == "triton" for o in owners) or type(exc).__name__ == "InterpreterError"
 
+    if isinstance(root, InterpreterGap):     # a construct the interpreter mends name as out of reach
+        at = f" ({where})" if where else ""
+        return Blame(INTERPRETER, f"Triton {triton.__version__}'s interpreter cannot run {root}{at}: "
+                                  "inconclusive, not a finding", where, text)
     failure = compile_failure(exc)
     if failure is not None:
         return Blame(COMPILE, failure.line(), failure.where, text)
@@ -123,13 +133,11 @@ def classify(exc: BaseException) -> Blame:
     decider = next((o for o in reversed(owners) if o in ("user", "mambafuzz")), None)
     if innermost == "triton" or (in_triton and decider != "mambafuzz" and innermost != "user"):
         version = triton.__version__
-        for name, part, source, construct, first in KNOWN_LIMITS:
+        for name, part, source, construct, advice in KNOWN_LIMITS:
             if type(root).__name__ == name and part in str(root) and last_user is not None \
                     and source in (last_user.line or ""):
-                later = (f"Triton {first} and later can" if first else
-                         "no release's interpreter can (a --device cuda run checks it)")
                 return Blame(INTERPRETER, f"Triton {version}'s interpreter cannot run {construct} "
-                                          f"({where}); {later}: inconclusive, not a finding", where, text)
+                                          f"({where}); {advice}: inconclusive, not a finding", where, text)
         at = f" at {where}" if where else ""
         return Blame(INTERPRETER, f"Triton {version} failed inside its own code running the kernel{at}: "
                                   f"{what}: inconclusive, not a finding", where, text)

@@ -77,6 +77,7 @@ class Verdict:
     compile: str | None = None      # Triton could not compile the kernel for this input (blame.COMPILE)
     fault_kind: str = "fault"       # with `fault`: fault (CUDA), crash (the process died) or hang
     instrumented: dict | None = None  # a user kernel's perturbed launches (instrument.LaunchRecord JSON)
+    divergence: str | None = None   # interpreted, where a compiled run of the case recorded other values
 
     @property
     def failed(self) -> bool:
@@ -129,7 +130,8 @@ class Verdict:
                 "hazards": [h.to_json() for h in self.hazards], "fault": self.fault,
                 "exception": self.exception,
                 **({"compile": self.compile} if self.compile else {}),
-                **({"instrumented": self.instrumented} if self.instrumented else {})}
+                **({"instrumented": self.instrumented} if self.instrumented else {}),
+                **({"divergence": self.divergence} if self.divergence else {})}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> "Verdict":
@@ -151,7 +153,8 @@ class Verdict:
                           fault=body.get("fault"), exception=body.get("exception"), compile=body.get("compile"),
                           fault_kind=kind if kind in FAULT_KINDS else "fault",
                           instrumented=body.get("instrumented") if isinstance(body.get("instrumented"), dict)
-                          else None)
+                          else None,
+                          divergence=body.get("divergence") if isinstance(body.get("divergence"), str) else None)
         except KeyError as exc:
             raise ValueError(f"missing {exc}") from None
         except (TypeError, AttributeError) as exc:
@@ -244,7 +247,8 @@ def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", ampli
 
 
 def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare",
-             amplifiable: bool | None = None, end: float | None = None) -> Verdict:
+             amplifiable: bool | None = None, end: float | None = None,
+             compiled: Mismatch | None = None) -> Verdict:
     """Materialise `case`, run `fn` `reps` times from the snapshot, judge each run.
 
     `amplifiable` says whether `fn` takes ``perturb=`` (None: ``fn.amplifiable``).
@@ -254,12 +258,14 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     Raises CaseError (the case cannot be checked), Rejected (the target declined
     it: ``mambafuzz.reject``), Inconclusive or InternalError;
     any other exception outside the target's own call is mambafuzz's, made an
-    InternalError here.
+    InternalError here.  `compiled`: where a compiled run of this case differed from the oracle,
+    with its values (a GPU finding's evidence); run interpreted, the first of those elements whose
+    value differs becomes the verdict's ``divergence``: a fact about the interpreter, never a failure.
     """
     if mode not in MODES:
         raise ValueError(f"unknown check mode {mode!r}")
     try:
-        return _run_case(fn, case, device, reps, mode, amplifiable, end)
+        return _run_case(fn, case, device, reps, mode, amplifiable, end, compiled)
     except (CaseError, Rejected, Inconclusive, InternalError):
         raise
     except Exception as exc:
@@ -279,16 +285,26 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
 
 
 def _run_case(fn, case: Case, device: str, reps: int, mode: str, amplifiable: bool | None,
-              end: float | None = None) -> Verdict:
+              end: float | None = None, compiled: Mismatch | None = None) -> Verdict:
     m = materialize(case, device)
-    verdict = _judged(fn, m, device, reps, mode, amplifiable, end)
+    verdict = _judged(fn, m, device, reps, mode, amplifiable, end,
+                      compiled if device == "cpu" else None)
     if m.instrumented is not None:  # a user kernel's launches were perturbed: say which, and which not
         verdict.instrumented = m.instrumented.to_json()
     return verdict
 
 
+def divergence_line(values) -> str | None:
+    """The first (where, compiled, interpreted) whose values differ, as the one line a report shows."""
+    for where, theirs, ours in values:
+        if theirs != ours:
+            return (f"interpreted and compiled differ on this case: first at {where}: compiled {theirs}, "
+                    f"interpreted {ours} (a fact about Triton's interpreter, not a finding)")
+    return None
+
+
 def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable: bool | None,
-            end: float | None = None) -> Verdict:
+            end: float | None = None, compiled: Mismatch | None = None) -> Verdict:
     if device == "cuda" and reps > 1 and mode == "compare":
         from mambafuzz.judge.gpu_reps import device_reps_enabled
         if device_reps_enabled() and m.device_judgeable:  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
@@ -319,6 +335,8 @@ def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable:
             hazards = [h for h in hazards if h.kind == OUT_OF_BOUNDS]
         verdict.hazards.extend(hazards)
         verdict.reps += 1
+        if rep == 0 and compiled is not None:
+            verdict.divergence = divergence_line(m.values_at(compiled))
         if verdict.mismatch is None:  # where it differs, once; after that only whether (no host copies)
             verdict.mismatch = m.compare()
             verdict.failures += int(verdict.mismatch is not None)

@@ -208,6 +208,32 @@ class Materialized:
                   "where": contracts.of(self.case).locate(self.case, int(a))} for o, a in zip(diff[:FIRST_DIFFS], offsets)]
         return Mismatch(int(diff.size), int(actual.size), first, bad_out)
 
+    def values_at(self, other: Mismatch) -> list[tuple[str, Any, Any]]:
+        """(where, `other`'s value, this run's value) at the first differences another run of the same case
+        recorded (a compiled run's, read back from its verdict): arena bytes, then output elements."""
+        if self.device_positions is None:
+            actual = self.arena.cpu().numpy()
+        else:
+            actual = self.snapshot.copy()
+            actual[self.positions >= 0] = self.arena[self.device_positions].cpu().numpy()
+        out: list[tuple[str, Any, Any]] = []
+        for f in other.first:
+            offset = int(f["offset"])
+            index = offset if self.positions is None else next(iter(np.flatnonzero(self.positions == offset)), None)
+            if index is not None and 0 <= index < actual.size:
+                out.append((f"arena+{offset} ({f.get('where', '')})", f"0x{int(f['actual']):02x}",
+                            f"0x{int(actual[index]):02x}"))
+        outputs = {o.name: o for o in self.outputs}
+        for o in other.outputs:
+            mine = outputs.get(o.get("argument"))
+            if mine is None:
+                continue
+            got = host_values(self.args[mine.name], mine).reshape(-1)
+            index = int(o["index"])
+            if 0 <= index < got.size:
+                out.append((f"{o['argument']}[{index}] ({o.get('where', '')})", o["actual"], got[index].item()))
+        return out
+
     def differs(self) -> bool:
         """Whether the latest run differs from the expectation, without saying where: what a repetition
         after the first failing one needs (on a GPU the device's answer, with nothing copied)."""

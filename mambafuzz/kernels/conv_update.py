@@ -1,4 +1,5 @@
-"""The causal-conv1d state update of a decode or spec-decode step (contract ``conv_update``, SPEC 2.7.1).
+"""The causal-conv1d state update of a decode or spec-decode step (contract ``conv_update``,
+docs/contracts.md#conv_update).
 
 ``conv_update(x, conv_state, weight, bias, conv_state_indices, num_accepted_tokens, query_start_loc,
 initial_state_idx, last_state_idx, out, *, activation, pad_slot_id, max_query_len)``: one program per
@@ -264,7 +265,7 @@ def contract_fn(variant=None):
     return fn
 
 
-# Zoo rows (SPEC 2.7.1): the conv-state index bugs engines shipped in 2025-2026; kernels.registry lists them.
+# Zoo rows (docs/contracts.md#zoo): the conv-state index bugs engines shipped in 2025-2026; kernels.registry lists them.
 ZOO = (
     ZooEntry(
         "CU-NOCLAMP", "conv_update", "wrong",

@@ -1,4 +1,5 @@
-"""The gated delta rule of a decode or spec-decode step (contract ``delta_update``, SPEC 2.7.4; GDN and KDA).
+"""The gated delta rule of a decode or spec-decode step (contract ``delta_update``, docs/contracts.md#delta_update;
+GDN and KDA).
 
 ``delta_update(q, k, v, g, beta, initial_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
 intermediate_states_buffer, intermediate_state_indices, out, *, scale, use_qk_l2norm_in_kernel,
@@ -215,7 +216,7 @@ def contract_fn(variant=None):
     return fn
 
 
-# Zoo rows (SPEC 2.7.4): the delta-rule state bugs engines shipped; kernels.registry lists them.
+# Zoo rows (docs/contracts.md#zoo): the delta-rule state bugs engines shipped; kernels.registry lists them.
 ZOO = (
     ZooEntry(
         "DU-TRANSPOSE", "delta_update", "wrong",

@@ -1,4 +1,4 @@
-"""Fused align-mode postprocess on the GPU (``postprocess`` contract, SPEC 2.5).
+"""Fused align-mode postprocess on the GPU (``postprocess`` contract, docs/contracts.md#postprocess).
 
 Grid ``(requests, states, num_tiles)``.  Every program recomputes the
 decision for its request r from the request arrays (int32 ``[R]``) and

@@ -44,7 +44,7 @@ class Target:
     overlap: str         # 'full' (true memmove) | 'left' (dst < src only)
     description: str
     fn: Callable
-    bug: str | None = None      # zoo kind, as SPEC section 5 words it
+    bug: str | None = None      # zoo kind, in the words of docs/contracts.md#zoo
     zoo_id: str | None = None
     devices: tuple = ("cpu", "cuda")
     amplifiable: bool = False   # fn takes perturb= (kernels.perturb.Perturb)

@@ -1,4 +1,5 @@
-"""Slot copy and slot fork over index-based state buffers (contracts ``slot_copy``, ``slot_fork``; SPEC 2.6).
+"""Slot copy and slot fork over index-based state buffers (contracts ``slot_copy``, ``slot_fork``;
+docs/contracts.md#slot_copy).
 
 ``slot_copy(meta, src_idx, dst_idx)``: ``dst_idx`` int32/int64 ``[P]``;
 ``slot_fork(meta, src_idx, dst_idx)``: ``dst_idx`` ``[P, N]``.  ``meta`` is

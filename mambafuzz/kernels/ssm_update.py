@@ -1,4 +1,5 @@
-"""The Mamba2 selective state update of a decode or spec-decode step (contract ``ssm_update``, SPEC 2.7.3).
+"""The Mamba2 selective state update of a decode or spec-decode step (contract ``ssm_update``,
+docs/contracts.md#ssm_update).
 
 ``ssm_update(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices, dst_state_batch_indices,
 num_accepted_tokens, cu_seqlens, out, *, dt_softplus, pad_slot_id)``: one program per (row, head, block
@@ -215,7 +216,7 @@ def contract_fn(variant=None):
     return fn
 
 
-# Zoo rows (SPEC 2.7.3): the SSM-state index bugs engines shipped; kernels.registry lists them.
+# Zoo rows (docs/contracts.md#zoo): the SSM-state index bugs engines shipped; kernels.registry lists them.
 ZOO = (
     ZooEntry(
         "SSM-NOCLAMP", "ssm_update", "wrong",

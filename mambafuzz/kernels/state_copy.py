@@ -1,4 +1,4 @@
-"""Fused state copy (``state_copy`` contract, SPEC 2.4).
+"""Fused state copy (``state_copy`` contract, docs/contracts.md#state_copy).
 
 Grid ``(requests, states, num_tiles)``; program ``(r, s, t)`` copies state
 ``s`` of request ``r`` (tile ``t`` of it for temporal states; conv states are

@@ -1,4 +1,4 @@
-"""The state scatter after verification (contract ``state_scatter``, SPEC 2.7.2).
+"""The state scatter after verification (contract ``state_scatter``, docs/contracts.md#state_scatter).
 
 ``state_scatter(pool, states, dst_indices, step_indices)``: one program per (index row, layer, block of
 the slot's elements).  A program loads its row's step and slot and copies only when the row is valid
@@ -104,7 +104,7 @@ def contract_fn(variant=None):
     return fn
 
 
-# Zoo rows (SPEC 2.7.2): the commit scatter after verification; kernels.registry lists them.
+# Zoo rows (docs/contracts.md#zoo): the commit scatter after verification; kernels.registry lists them.
 ZOO = (
     ZooEntry(
         "SS-WW", "state_scatter", "wrong + racy",

@@ -42,7 +42,7 @@ def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None):
 
 
 def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1, arena=None):
-    """Every state of every request, SPEC 2.4 semantics; ``num_tiles`` is ignored."""
+    """Every state of every request, as docs/contracts.md#state_copy says; ``num_tiles`` is ignored."""
     _need_arena("torch.state_copy", arena)
     base = arena.data_ptr()
     bt = block_tables.tolist()

@@ -1,4 +1,4 @@
-"""The bug zoo (SPEC section 5) as data: the row type, and the rows of the pointer and slot kernels.
+"""The bug zoo (docs/contracts.md#zoo) as data: the row type, and the rows of the pointer and slot kernels.
 
 A kernel module that declares its own targets (``kernels/registry.py``) lists its
 rows next to its kernel, as ``ZOO``; ``registry.ZOO`` is every row.
@@ -8,12 +8,12 @@ by a constexpr flag (compiled out of the correct kernel) or, for PP-INPLACE,
 by the launcher passing the live tensor where the per-step snapshot belongs.
 ``variant`` is the ``variant=`` value the contract's launcher takes.
 
-``kind`` is the SPEC's wording.  ``interpreter`` says what the CPU
+``kind`` says how the bug shows, in the project's words (docs/contracts.md#zoo).  ``interpreter`` says what the CPU
 interpreter shows on a case that exercises the bug (programs run one after
 another, every tensor op loads all its lanes before it stores any):
 
 * ``"wrong"``: the bytes differ from the oracle, so any mode catches it;
-* ``"right bytes"``: the bytes come out right; only the race recorder (SPEC 4.2)
+* ``"right bytes"``: the bytes come out right; only the race recorder (docs/contracts.md#races)
   or a GPU catches it.
 
 ``cpu`` and ``gpu`` are the verdict kinds (``engine.KINDS``) that count as
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 class ZooEntry:
     id: str
     contract: str      # a contract's name (mambafuzz.contracts)
-    kind: str          # exactly as SPEC section 5 says
+    kind: str          # one of the kinds of docs/contracts.md#zoo
     description: str   # one line
     produced_by: str   # how the variant is made
     interpreter: str   # what the CPU interpreter shows (see module docstring)
@@ -138,7 +138,7 @@ ZOO = (
         "BLOCK_STRIDE instead of INNER*ELEM",
         "wrong when the block stride is padded",
         cpu=("mismatch",), gpu=("mismatch",)),
-    # index-based slot pools (SPEC 2.6): kernels.slots
+    # index-based slot pools (docs/contracts.md#slot-buffers): kernels.slots
     ZooEntry(
         "SLOT-CHAIN", "slot_copy", "racy (cross-program)",
         "slot copy with one load-store pass per program: a destination that is another pair's source races",

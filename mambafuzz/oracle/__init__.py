@@ -1,4 +1,4 @@
-"""Pure-numpy reference oracle for kernels that move recurrent state (SPEC 2).
+"""Pure-numpy reference oracle for kernels that move recurrent state (docs/contracts.md).
 
 Every expectation is computed from an unmodified snapshot of the arena (a 1-D
 ``np.uint8`` array), never from a second implementation run in place.  This

@@ -1,4 +1,4 @@
-"""The align-mode postprocess decision after a spec-decode step (SPEC 2.5)."""
+"""The align-mode postprocess decision after a spec-decode step (docs/contracts.md#postprocess)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ _I32 = np.iinfo(np.int32)
 class AlignDecision:
     """Per-request decision arrays (one entry per request).
 
-    ``bias``, ``src_col`` and ``dst_col`` are the SPEC formulas evaluated for
+    ``bias``, ``src_col`` and ``dst_col`` are the contract's formulas evaluated for
     every request; they only mean something where ``needs_copy`` (elsewhere
     ``bias`` is negative).
     """
@@ -39,7 +39,7 @@ class AlignDecision:
 
 
 def decide(num_computed, num_scheduled, num_draft, num_accepted, state_idx, block_size) -> AlignDecision:
-    """Vectorised SPEC 2.5 decision for every request."""
+    """The decision for every request, vectorised."""
     named = {"num_computed": num_computed, "num_scheduled": num_scheduled, "num_draft": num_draft,
              "num_accepted": num_accepted, "state_idx": state_idx}
     arrs = _checks.int_arrays(**named)

@@ -1,4 +1,4 @@
-"""The causal-conv1d state update of one decode or spec-decode step (SPEC 2.7.1), in float64.
+"""The causal-conv1d state update of one decode or spec-decode step (docs/contracts.md#conv_update), in float64.
 
 Row b reads slot ``src = idx[b, init[b]]`` (column 0 without prefix caching),
 skips itself when ``src`` is the pad value or it has no tokens, takes the
@@ -19,7 +19,7 @@ slot that is neither the pad nor in ``[0, S)``, a column outside the row.
 The engines differ (vLLM and SGLang as of 2026): they read ``off = nacc - 1``
 unclamped (column -1 at ``nacc = 0``), check the pad on the read slot only,
 and vLLM's varlen non-spec update keeps only ``W - 1 - (max L - L_b)``
-columns of a short row; this oracle follows SPEC.
+columns of a short row; this oracle follows docs/contracts.md#conv_update.
 """
 from __future__ import annotations
 

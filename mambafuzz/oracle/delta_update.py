@@ -1,4 +1,5 @@
-"""The gated delta rule of one decode or spec-decode step (SPEC 2.7.4; GDN, and KDA's per-K decay), in float64.
+"""The gated delta rule of one decode or spec-decode step (docs/contracts.md#delta_update; GDN, and KDA's per-K
+decay), in float64.
 
 Sequence n (tokens ``cu[n] : cu[n + 1]``), value head hv (key head ``h = hv // (HV / H)``) reads slot
 ``s = idx[n, max(nacc[n] - 1, 0)]`` (spec) or ``idx[n, 0]``, and skips itself when ``s`` is the pad or
@@ -27,7 +28,7 @@ The engines differ (vLLM and SGLang as of 2026): vLLM reads column ``nacc - 1`` 
 ``idx <= 0`` whatever the pad (under pad -1 it never updates slot 0); SGLang's update kernel starts a
 pad row (``idx < 0``) from zeros, writes its output and its per-step states, and checks no step
 against ``cache_steps``; SGLang's KDA gate is ``[T, H, K]`` (by key head), vLLM's ``[T, HV, K]``.
-This oracle follows SPEC.
+This oracle follows docs/contracts.md#delta_update.
 """
 from __future__ import annotations
 

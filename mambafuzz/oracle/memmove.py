@@ -1,4 +1,4 @@
-"""memmove and batch copies on a flat byte arena (SPEC 2.1, 2.2).
+"""memmove and batch copies on a flat byte arena (docs/contracts.md#memmove and #batch_memcpy).
 
 Expectations are read from an unmodified snapshot of the arena; the snapshot
 is never written.  Pointers are byte offsets into the snapshot.
@@ -110,7 +110,7 @@ def check_batch(src, dst, sizes, arena_size) -> None:
 
 
 def expect_batch(snapshot, src, dst, sizes, *, check=True) -> np.ndarray:
-    """The arena after the batch (SPEC 2.2): ``out[dst[i]:dst[i]+sizes[i]] ==
+    """The arena after the batch (docs/contracts.md#batch_memcpy): ``out[dst[i]:dst[i]+sizes[i]] ==
     snapshot[src[i]:src[i]+sizes[i]]`` for every copy, every other byte unchanged.
 
     With ``check`` the batch must be well-posed (else :class:`IllPosedBatch`).

@@ -1,4 +1,4 @@
-"""Paged state pools inside a flat byte arena (SPEC 2.3).
+"""Paged state pools inside a flat byte arena (docs/contracts.md#pools).
 
 A :class:`PoolLayout` places ``num_blocks`` blocks of one state in the arena,
 ``block_stride`` bytes apart starting at byte ``offset``.  Bytes of a block

@@ -1,4 +1,4 @@
-"""Index-based slot pools: slot copy and slot fork (SPEC 2.6).
+"""Index-based slot pools: slot copy and slot fork (docs/contracts.md#slot_copy and #slot_fork).
 
 A :class:`SlotBuffer` is one state buffer ``[layers, slots, *trailing]`` in
 the arena: the data of (layer l, slot s) is ``slot_bytes`` contiguous bytes at

@@ -1,4 +1,4 @@
-"""The Mamba2 selective state update of one decode or spec-decode step (SPEC 2.7.3), in float64.
+"""The Mamba2 selective state update of one decode or spec-decode step (docs/contracts.md#ssm_update), in float64.
 
 Row b reads slot ``s = src[b, max(nacc[b] - 1, 0)]`` (column 0 without spec
 decode); it is skipped (no store, output don't-care) when ``s`` is the pad or
@@ -11,8 +11,8 @@ goes to ``dst[b, 0]``.  ``dst`` defaults to ``src``.
 
 Ill-posed (``IllPosedUpdate``): two rows storing one slot, a row storing a slot
 another row reads, a spec row with more tokens than index columns, a live
-non-spec row whose destination is the pad (SPEC stores ``dst[b, 0]``
-unconditionally there, which names no slot).  Out of range (``OracleError``):
+non-spec row whose destination is the pad (the row is live, yet ``dst[b, 0]``
+names no slot to store to).  Out of range (``OracleError``):
 a used index that is neither the pad nor a slot, a read column past the row.
 
 Tolerance (``SsmUpdate.pool_tol``, ``out_tol``): the kernels work in fp32.  Per

@@ -1,4 +1,4 @@
-"""State copies between blocks of paged pools (SPEC 2.4).
+"""State copies between blocks of paged pools (docs/contracts.md#state_copy).
 
 conv: tokens ``b .. L-1`` of the source block become tokens ``0 .. L-1-b``
 of the destination block (either layout; nothing if ``b >= L``); the
@@ -171,7 +171,7 @@ def run_state_copies(snapshot, pools, bt, requests, src_cols, dst_cols, biases) 
 
 
 def expect_state_copies(snapshot, pools, block_tables, src_cols, dst_cols, biases) -> np.ndarray:
-    """The arena after copying every state of every request (SPEC 2.4).
+    """The arena after copying every state of every request (docs/contracts.md#state_copy).
 
     ``block_tables``: int ``[G, R, C]``; request ``i`` (``i < len(src_cols) <= R``)
     uses row ``i`` of ``block_tables[pool.group]``.  A byte written by one

@@ -1,4 +1,4 @@
-"""The state scatter after a spec-decode verify step (SPEC 2.7.2), on raw bytes.
+"""The state scatter after a spec-decode verify step (docs/contracts.md#state_scatter), on raw bytes.
 
 The pool is a :class:`SlotBuffer` (``[L, S, slot_bytes]``); the per-step
 states are a :class:`StepStates` in the same arena.  Index row r (of N, which
@@ -16,8 +16,8 @@ channel's run followed by ``pad`` elements) seen as the overlapping view
 ``pool[:, dst, d, w] = buf[:, r, d, step + w]``; the pool slot is ``dim x
 (W - 1)`` elements, channel-major.
 
-SPEC says ``dst [R]``; this follows SGLang's ``fused_mamba_state_scatter_with_mask``
-and ``fused_conv_window_scatter_with_mask`` instead: N index rows, rows past R
+The index arrays need not have R rows: as in SGLang's ``fused_mamba_state_scatter_with_mask``
+and ``fused_conv_window_scatter_with_mask``, there are N index rows, rows past R
 skipped.  Two valid rows on one slot are ill-posed (:class:`IllPosedScatter`):
 SGLang's per-block programs would leave a mixture of both.
 """

@@ -1,10 +1,10 @@
-"""Language-level race checker: record every load/store of Triton's interpreter (SPEC 4.2).
+"""Language-level race checker: record every load/store of Triton's interpreter (docs/contracts.md#races).
 
 Under ``TRITON_INTERPRET=1`` a kernel runs program after program, and every
 block load or store runs whole, so the interpreter always produces the right
 bytes: the only way to see a race there is to record *what* each lane of each
 program touched and check the access pattern against the rules of the
-language (SPEC section 4).
+language (docs/contracts.md#races).
 
 Rules, per launch, masked-on lanes only:
 
@@ -53,7 +53,7 @@ def recording() -> Optional["RaceRecorder"]:
 
 
 class RaceRecorder:
-    """Record every interpreted load/store and report hazards (SPEC 4).
+    """Record every interpreted load/store and report hazards (docs/contracts.md#races).
 
     Use as a context manager around interpreted kernel launches::
 

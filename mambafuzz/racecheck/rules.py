@@ -1,4 +1,4 @@
-"""The hazard rules (SPEC 4) over one launch's accesses, as flat numpy arrays.
+"""The hazard rules (docs/contracts.md#races) over one launch's accesses, as flat numpy arrays.
 
 Pure numpy: no Triton, no recorder state, so the rules can be unit-tested on
 hand-made arrays.  The input is a :class:`FlatLaunch` (one row per access

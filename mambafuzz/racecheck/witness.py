@@ -2,7 +2,7 @@
 
 An :class:`Access` is one lane's access (program, lane, epoch, source line,
 address); a :class:`Hazard` names the byte and one or two accesses that
-break a rule (SPEC 4).  The text is meant to be read without the kernel
+break a rule (docs/contracts.md#races).  The text is meant to be read without the kernel
 open: it says which lanes or programs, which lines, and why the pair races.
 """
 from __future__ import annotations

@@ -31,6 +31,7 @@ from mambafuzz.report.outcome import WORKER_DONE
 from mambafuzz.contracts import case_from_json
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.engine import run_case
+from mambafuzz.judge.materialize import Mismatch
 from mambafuzz.search.reduce import reduce_case, same_value_only
 
 MARKER = "MAMBAFUZZ-CROSS "
@@ -50,6 +51,7 @@ class Witness:
     cpu_size: list | None = None         # Case.size of the CPU-shrunk case
     gpu_rate: list | None = None         # [k, n] of the CPU-shrunk case back on the GPU
     adopted: bool = False                # the CPU-shrunk case failed on the GPU and became the finding
+    divergence: str = ""                 # interpreted values that differ from the GPU's on its case (one line)
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -76,23 +78,28 @@ class Witness:
         return text
 
 
-def _request(target, case, shrink_seconds: float) -> dict[str, Any]:
+def _request(target, case, shrink_seconds: float, compiled=None) -> dict[str, Any]:
     from mambafuzz.cli.targets import user_info
 
     info = user_info(target.name) or {}
     return {"target": target.name, "contract": case.contract, "overlap": getattr(target, "overlap", "full"),
-            "target_path": info.get("target_path"), "case": case.to_json(), "shrink_seconds": shrink_seconds}
+            "target_path": info.get("target_path"), "case": case.to_json(), "shrink_seconds": shrink_seconds,
+            **({"compiled": compiled.to_json()} if compiled is not None else {})}
 
 
-def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float = 30.0) -> Witness:
-    """Run `case` on `target` under the CPU race recorder in a child; never raises."""
+def cpu_witness(target, case, *, timeout: float = 120.0, shrink_seconds: float = 30.0,
+                compiled=None) -> Witness:
+    """Run `case` on `target` under the CPU race recorder in a child; never raises.
+
+    `compiled`: the GPU verdict's ``Mismatch`` on this case; the child says where the interpreted
+    values differ from it (``Witness.divergence``)."""
     start = time.monotonic()
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "MAMBAFUZZ_DEVICE")}
     env["TRITON_INTERPRET"] = "1"
     env["MAMBAFUZZ_DEVICE"] = "cpu"
     env["CUDA_VISIBLE_DEVICES"] = ""  # the child needs no GPU, and must not touch the parent's context
     try:
-        request = json.dumps(_request(target, case, min(shrink_seconds, max(1.0, timeout - 10))))
+        request = json.dumps(_request(target, case, min(shrink_seconds, max(1.0, timeout - 10)), compiled))
         proc = subprocess.run([sys.executable, "-m", "mambafuzz.search.cross"], input=request, capture_output=True,
                               text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -134,13 +141,15 @@ def _child_answer(request: dict[str, Any]) -> Witness:
         target = resolve_one(request["target"], contract=request["contract"], overlap=request["overlap"],
                              target_path=request.get("target_path"))
         case = case_from_json(request["case"])
-        first = run_case(target.fn, case, "cpu", mode="race")
+        compiled = Mismatch.from_json(request["compiled"]) if request.get("compiled") else None
+        first = run_case(target.fn, case, "cpu", mode="race", compiled=compiled)
     except (UsageError, CaseError) as exc:
         return Witness(UNAVAILABLE, why=f"cannot run it on the CPU: {exc}")
     except (Inconclusive, InternalError, Rejected) as exc:  # Rejected: the target declines it on the CPU
         return Witness(UNAVAILABLE, why=str(exc).splitlines()[0])
+    divergence = first.divergence or ""
     if not first.failed:
-        return Witness(NOT_WITNESSED, summary=first.summary(), verdict=first.to_json())
+        return Witness(NOT_WITNESSED, summary=first.summary(), verdict=first.to_json(), divergence=divergence)
     end = time.monotonic() + float(request.get("shrink_seconds", 30.0))
     best = {"verdict": first}
 
@@ -156,7 +165,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
 
     shrunk, _ = reduce_case(case, still_fails, lambda: time.monotonic() <= end)
     return Witness(WITNESSED, summary=first.summary(), verdict=first.to_json(), cpu_case=shrunk.to_json(),
-                   cpu_summary=shrunk.describe(), cpu_size=list(shrunk.size))
+                   cpu_summary=shrunk.describe(), cpu_size=list(shrunk.size), divergence=divergence)
 
 
 def main() -> int:

@@ -455,7 +455,8 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
     left = (end - time.monotonic()) if end is not None else opts.witness_seconds
     if opts.witness and left > 5:
         seconds = min(opts.witness_seconds, left)
-        witness = cross.cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6)
+        witness = cross.cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6,
+                                    compiled=best.verdict.mismatch if best.verdict is not None else None)
         best.witness = witness
         if witness.status == cross.WITNESSED and witness.cpu_case is not None:
             smaller = case_from_json(witness.cpu_case)

@@ -48,7 +48,7 @@ def for_contract(contract: str, *, profile: Profile = CPU, **options) -> st.Sear
     return contracts.get(contract).strategy(profile, **options)
 
 
-# index-based slot pools (SPEC 2.6)
+# index-based slot pools (docs/contracts.md#slot-buffers)
 __all__ += ["pair_graph", "slot_cases", "slot_copies", "slot_forks"]
 
 

@@ -1,6 +1,7 @@
-"""The slot contracts (SPEC 2.6) end to end: hand-worked oracle examples, the project's kernels and the
-torch path against them, the zoo rows caught (the racy ones by the race check, on every chain), the correct
-kernels clean, ``--chains forbidden``, the sparse image past 2 GiB, and the README's adapter from the CLI."""
+"""The slot contracts (docs/contracts.md#slot_copy, #slot_fork) end to end: hand-worked oracle examples, the project's
+kernels and the torch path against them, the zoo rows caught (the racy ones by the race check, on every
+chain), the correct kernels clean, ``--chains forbidden``, the sparse image past 2 GiB, and the README's
+adapter from the CLI."""
 import json
 import os
 import subprocess

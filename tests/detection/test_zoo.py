@@ -25,7 +25,8 @@ POINTER_ZOO_IDS = [e.id for e in registry.ZOO if e.contract in ("batch_memcpy", 
 
 
 def test_the_zoo_has_every_spec_row():
-    """SPEC section 5's rows; an update contract's (kernels declaring CONTRACT) are its own zoo test's."""
+    """The copy and slot rows of kernels/zoo.py (docs/contracts.md#zoo); an update contract's (kernels declaring
+    CONTRACT) are its own zoo test's."""
     assert {e.id for e in registry.ZOO if e.contract not in registry.DECLARED} == {
         "BM-NOGUARD", "BM-RIGHT", "SD-SPAN", "DS-ROW", "DS-CONTIG", "ADDR-I32", "TAIL-DROP", "MISALIGN", "TILE-GAP",
         "NOOP-SKIP", "PP-INPLACE", "PAD-CLOBBER", "SLOT-CHAIN", "FORK-CHAIN", "SLOT-I32", "SLOT-FLAT", "SLOT-PAD"}

@@ -107,3 +107,18 @@ def test_a_kernel_run_without_warp_delays_is_named_in_the_report():
     assert TargetReport.from_json(json.loads(json.dumps(report.to_json()))).uninstrumented == report.uninstrumented
     lines = cli._details([report], "cuda")
     assert lines == ["NOTE pkg.mod:copy: kernel _opaque ran without warp delays: no source (a precompiled binary)"]
+
+
+@pytest.mark.matrix
+def test_the_witness_says_where_interpreted_values_differ_from_the_gpus():
+    """The GPU's evidence travels to the CPU child; its first differing value comes back on its own line."""
+    case = BatchCopyCase(arena_size=64, copies=((0, 32, 13),), seed=3)
+    gpu = Mismatch(count=1, total=64, first=[{"offset": 44, "expected": 0, "actual": 0xAB, "where": "row 0"}])
+    w = cross.cpu_witness(registry.TARGETS["triton.batch_memcpy"], case, timeout=180, compiled=gpu)
+    assert w.status == cross.NOT_WITNESSED, w
+    assert w.divergence.startswith("interpreted and compiled differ on this case: first at arena+44 (row 0): "
+                                   "compiled 0xab, interpreted 0x"), w.divergence
+    finding = findings.Finding(target="triton.batch_memcpy", contract="batch_memcpy", device="cuda",
+                               mode="compare", case=case, verdict=Verdict(reps=50, failures=50, mode="compare",
+                                                                          mismatch=gpu), witness=w.to_json())
+    assert finding.gpu_lines()[-1] == w.divergence

@@ -1,4 +1,5 @@
-"""conv_update (SPEC 2.7.1): the oracle on hand-worked steps, its ill-posed cases, and the contract's memory."""
+"""conv_update (docs/contracts.md#conv_update): the oracle on hand-worked steps, its ill-posed cases, and the
+contract's memory."""
 import numpy as np
 import pytest
 

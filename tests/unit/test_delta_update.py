@@ -1,5 +1,5 @@
-"""delta_update (SPEC 2.7.4): the oracle on hand-worked steps, its ill-posed cases, the contract's tensors, a
-transposed state caught on K == V and K != V, and the kernel compiled for sm_90."""
+"""delta_update (docs/contracts.md#delta_update): the oracle on hand-worked steps, its ill-posed cases, the contract's
+tensors, a transposed state caught on K == V and K != V, and the kernel compiled for sm_90."""
 import numpy as np
 import pytest
 

@@ -502,7 +502,7 @@ def test_state_copy_int64_request_arrays(device):
 
 
 # --------------------------------------------------------------------------
-# postprocess (SPEC 2.5)
+# postprocess (docs/contracts.md#postprocess)
 # --------------------------------------------------------------------------
 BS = 4  # block size (tokens)
 
@@ -600,7 +600,7 @@ SPEC_ZOO = {
     "MISALIGN": "wrong (fault on some GPUs)", "TILE-GAP": "wrong / racy", "NOOP-SKIP": "wrong",
     "PP-INPLACE": "racy (cross-program)", "PAD-CLOBBER": "wrong",
 }
-# issue 13's rows for the indexed slot contracts (SPEC 2.6)
+# issue 13's rows for the indexed slot contracts (docs/contracts.md#slot_copy)
 SLOT_ZOO = {"SLOT-CHAIN": "racy (cross-program)", "FORK-CHAIN": "racy (cross-program)", "SLOT-I32": "wrong",
             "SLOT-FLAT": "wrong", "SLOT-PAD": "wrong"}
 

@@ -1,4 +1,4 @@
-"""Tests of the pure-numpy oracle (SPEC 2).
+"""Tests of the pure-numpy oracle (docs/contracts.md).
 
 Expected values are literal arrays worked out by hand, or properties read
 straight off the snapshot (slice equality, untouched bytes); none comes from
@@ -581,7 +581,7 @@ def mixed_pools(draw):
 @given(mixed_pools(), st.data())
 def test_state_copies_many_requests(pp, data):
     """Requests own disjoint blocks (well-posed by construction); every state of every
-    request lands where SPEC 2.4 says, and nothing else changes (padding included)."""
+    request lands where docs/contracts.md#state_copy says, and nothing else changes (padding included)."""
     pools, size = pp
     R = data.draw(st.integers(1, 2))  # every pool has >= 4 blocks: requests own blocks {2r, 2r+1}
     C = data.draw(st.integers(1, 4))

@@ -1,4 +1,4 @@
-"""Tests for the language-level race checker (mambafuzz.racecheck, SPEC 4).
+"""Tests for the language-level race checker (mambafuzz.racecheck, docs/contracts.md#races).
 
 Every kernel here is tiny and runs in Triton's interpreter on a CPU uint8
 arena; the expected witnesses (bytes, offsets, lanes, source lines) are worked

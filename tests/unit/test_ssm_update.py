@@ -1,4 +1,5 @@
-"""ssm_update (SPEC 2.7.3): the oracle on hand-worked steps, its ill-posed cases, and the contract's memory."""
+"""ssm_update (docs/contracts.md#ssm_update): the oracle on hand-worked steps, its ill-posed cases, and the contract's
+memory."""
 import math
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""state_scatter (SPEC 2.7.2): the oracle on hand-worked scatters (dense and conv windows), the valid-row
-rule, ill-posed naming, and the contract's memory (views of the arena, the sparse image past 2 GiB)."""
+"""state_scatter (docs/contracts.md#state_scatter): the oracle on hand-worked scatters (dense and conv windows), the
+valid-row rule, ill-posed naming, and the contract's memory (views of the arena, the sparse image past 2 GiB)."""
 import numpy as np
 import pytest
 

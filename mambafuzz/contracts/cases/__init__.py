@@ -68,7 +68,7 @@ def check_nested(name: str, value, depth: int) -> None:
 
 
 FLOAT_DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}  # the update contracts' float dtypes: bytes
-UPDATE_PADS = (-1, 0)  # SPEC 2.7: the pad slot id, -1 or the null block 0
+UPDATE_PADS = (-1, 0)  # the pad slot id, -1 or the null block 0 (docs/contracts.md#pad)
 
 
 def one_of(name: str, choices):

@@ -1,4 +1,4 @@
-"""The `batch_memcpy` case (SPEC 2.2): rows of (src, dst, size) byte offsets into one arena."""
+"""The `batch_memcpy` case (docs/contracts.md#batch_memcpy): rows of (src, dst, size) byte offsets into one arena."""
 from __future__ import annotations
 
 from dataclasses import dataclass

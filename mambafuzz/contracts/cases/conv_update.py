@@ -1,4 +1,5 @@
-"""The `conv_update` case (SPEC 2.7.1): one causal-conv1d decode or spec-decode step over a state pool.
+"""The `conv_update` case (docs/contracts.md#conv_update): one causal-conv1d decode or spec-decode step over a state
+pool.
 
 The pool is ``[slots, dim, state_len]`` elements of ``dtype`` at byte
 ``offset``, slots ``slot_stride`` bytes apart; ``layout`` says which axis is

@@ -1,5 +1,5 @@
-"""The `delta_update` case (SPEC 2.7.4): one gated-delta-rule (GDN, or KDA with a per-K decay) decode or
-spec-decode step over a state pool.
+"""The `delta_update` case (docs/contracts.md#delta_update): one gated-delta-rule (GDN, or KDA with a per-K decay)
+decode or spec-decode step over a state pool.
 
 The pool is a tensor ``[slots, HV, V, K]`` (``layout`` ``vk``, V-major) or ``[slots, HV, K, V]`` (``kv``)
 of ``dtype``, not arena bytes: its values are float math, compared within a tolerance (``Output``),

@@ -1,4 +1,4 @@
-"""What the block-table cases share (SPEC 2.3): pools at arena offsets, block tables, sparse limits."""
+"""What the block-table cases share (docs/contracts.md#pools): pools at arena offsets, block tables, sparse limits."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""The `postprocess` case (SPEC 2.5): per request the align-mode inputs, and the pools."""
+"""The `postprocess` case (docs/contracts.md#postprocess): per request the align-mode inputs, and the pools."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,7 +12,7 @@ REQUEST_FIELDS = ("num_computed", "num_scheduled", "num_draft", "num_accepted", 
 
 @dataclass(frozen=True)
 class PostprocessCase(PoolCase):
-    """SPEC 2.5's decision plus the copies, per request."""
+    """The align-mode decision (docs/contracts.md#postprocess) plus the copies, per request."""
 
     contract: ClassVar[str] = "postprocess"
     FIELD_CHECKS: ClassVar[dict] = {"block_size": lambda v: check_int("block_size", v, 1),

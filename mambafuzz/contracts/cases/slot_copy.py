@@ -1,4 +1,4 @@
-"""The `slot_copy` case (SPEC 2.6): pair i copies slot src_idx[i] onto dst_idx[i]."""
+"""The `slot_copy` case (docs/contracts.md#slot_copy): pair i copies slot src_idx[i] onto dst_idx[i]."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""The `slot_fork` case (SPEC 2.6): pair i copies slot src_idx[i] onto every slot of dst_idx[i]."""
+"""The `slot_fork` case (docs/contracts.md#slot_fork): pair i copies slot src_idx[i] onto every slot of dst_idx[i]."""
 from __future__ import annotations
 
 from dataclasses import dataclass

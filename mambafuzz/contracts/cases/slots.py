@@ -1,4 +1,5 @@
-"""What the slot cases share (SPEC 2.6): buffers [L, S, *trailing], source slots, the index dtype."""
+"""What the slot cases share (docs/contracts.md#slot-buffers): buffers [L, S, *trailing], source slots, the index
+dtype."""
 from __future__ import annotations
 
 import dataclasses

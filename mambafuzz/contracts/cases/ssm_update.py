@@ -1,4 +1,4 @@
-"""The `ssm_update` case (SPEC 2.7.3): one Mamba2 selective-state-update step over a state pool.
+"""The `ssm_update` case (docs/contracts.md#ssm_update): one Mamba2 selective-state-update step over a state pool.
 
 The pool is ``[slots, heads, dim, dstate]`` elements of ``dtype`` (contiguous
 inside a slot), slots ``slot_stride`` bytes apart from byte ``offset``.  Row b

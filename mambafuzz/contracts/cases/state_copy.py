@@ -1,4 +1,4 @@
-"""The `state_copy` case (SPEC 2.4): request i copies every state (src_col, dst_col, bias)."""
+"""The `state_copy` case (docs/contracts.md#state_copy): request i copies every state (src_col, dst_col, bias)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
-"""The `state_scatter` case (SPEC 2.7.2): the commit after verification, per-step states into a slot pool.
+"""The `state_scatter` case (docs/contracts.md#state_scatter): the commit after verification, per-step states into a
+slot pool.
 
 ``pool`` is one ``oracle.SlotBuffer`` (``[L, S, slot_bytes]``: padded slot
 and layer strides, layer- or slot-major).  The per-step states start at byte
