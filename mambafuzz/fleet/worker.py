@@ -9,7 +9,9 @@ imports nothing from here.
 A turn: take a lease (``leases``); fuzz the target for the worker's time
 left over its likely number of turns (``leases.turns_left``), its examples
 capped by what the campaign still owes it, its corpus keyed by the versions
-and its source digest, its seed moved by the box and the turn; every finding
+and its source digest, the cases other boxes found for it tried first
+(``buckets.cases_of``: a box that died shrinking one left the corpus nothing),
+its seed moved by the box and the turn; every finding
 into the outbox the moment it is on disk (``outbox``), the keeper sending it;
 at the end its final record, its counts, and done or open again (``Leases.finish``).
 Between turns the pending buckets of this worker's kind are replayed
