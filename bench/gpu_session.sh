@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU work, every step's exact command logged with the commit it ran at.
 # Usage (on the GPU box, repo root): OUT=/some/dir MF_COMMIT=<sha> bash bench/gpu_session.sh STEP...
-# Steps (TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo defaultk (the default --workers-per-gpu: engine-style and update kernels) mpsmix (K=8 under MPS: a faulting zoo row beside correct kernels) updcompare (update contracts judged on the device vs the host) updbench (256-row update batches: the oracle on the device vs the host) rowseeds (ROWS fuzzed under SEEDS, ROW_TIME each, no database: how soon a row is found from a fresh start) conformance (each corpus kernel compiled and interpreted on the same inputs) useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
+# Steps (TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo defaultk (the default --workers-per-gpu: engine-style and update kernels) mpsmix (K=8 under MPS: a faulting zoo row beside correct kernels) updcompare (update contracts judged on the device vs the host) updbench (256-row update batches: the oracle on the device vs the host) fleetzoo (a --fleet campaign over the amplified zoo: FLEET_WORKERS processes standing in for boxes, FLEET_TIME each; needs redis-server and the redis package) rowseeds (ROWS fuzzed under SEEDS, ROW_TIME each, no database: how soon a row is found from a fresh start) conformance (each corpus kernel compiled and interpreted on the same inputs) useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
 # end, into one archive $OUT/gpu_results.tgz (the device tool brings few files back).
 set -u
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -65,6 +65,8 @@ for step in "$@"; do
     conformance) run conformance 300 "python3 bench/conformance_gpu.py --out $W/conformance > $W/conformance.log 2>&1; echo conformance exit \$?; tail -45 $W/conformance.log" ;;
     updbench) run updbench 300 "python3 bench/update_judge_bench.py --device cuda --out $W/update_judge.json > $W/update_judge.log 2>&1; tail -16 $W/update_judge.log" ;;
     updcompare) run updcompare 200 "python3 bench/update_compare_bench.py --cases ${CMP_CASES:-12} --out $W/update_compare.json > $W/update_compare.log 2>&1; tail -5 $W/update_compare.log" ;;
+    fleetzoo) run fleetzoo $(( ${FLEET_TIME:-300} + 240 )) "python3 bench/fleet_zoo.py --device cuda --workers ${FLEET_WORKERS:-2} --time ${FLEET_TIME:-300} \
+              --workdir $W/fleet-zoo --out $W/fleet_zoo.md --json $W/fleet_zoo.json > $W/fleet_zoo.log 2>&1; echo fleetzoo exit \$?; tail -45 $W/fleet_zoo.md" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -174,3 +174,57 @@ def eager_capture(body, warmup):
         def replay(self):
             body()
     return Eager()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A local redis-server on a free port, bound to 127.0.0.1, its data in `folder` (append-only, so that
+    a restart keeps it, as a campaign's hub should be run).  Skips the test when redis is not installed."""
+
+    def __init__(self, folder: Path):
+        import shutil
+
+        import pytest
+
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
+            pytest.skip("redis-server is not installed (.ci/run installs it)")
+        pytest.importorskip("redis")
+        self.folder, self.port, self.proc = Path(folder), free_port(), None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisServer":
+        import time
+
+        import redis
+
+        self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.folder)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+        for _ in range(200):
+            try:
+                client.ping()
+                return self
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+    def client(self):
+        import redis
+
+        return redis.Redis.from_url(self.url, decode_responses=True)

@@ -1,4 +1,4 @@
-"""`mambafuzz` command line: list, fuzz, smoke, zoo, replay, report, selfcheck.
+"""`mambafuzz` command line: list, fuzz, smoke, zoo, replay, report, collect, selfcheck.
 
 The CLI parses and prints; running targets is ``runner``'s job.  Output is
 made for CI logs too: tables fit 80 columns, and every command and path a user
@@ -115,7 +115,7 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
                         "that a caught row leaves the rest of its share of --time to the rows after it)")
     p.add_argument("--seed", type=int, default=None, help="seed the draws (the example database still replays)")
     p.add_argument("--crashes-dir", type=Path, default=Path("crashes"), help="where crash files are written")
-    p.add_argument("--database", default=".mambafuzz/examples",
+    p.add_argument("--database", default=DEFAULT_DATABASE,
                    help="Hypothesis example database: a directory, redis://HOST:PORT, or 'none'")
     p.add_argument("--profile", choices=("cpu", "gpu", "gpu-amp"), default=None,
                    help="case sizes (None: cpu on cpu, gpu on cuda); gpu-amp also draws warp delays "
@@ -162,6 +162,7 @@ def _add_contract_options(p, *, with_defaults: bool) -> None:
                            help=option.text() + ("" if with_defaults else " (None: the crash file's)"))
 
 
+DEFAULT_DATABASE = ".mambafuzz/examples"  # --database (with --fleet, left as it is: the hub's corpus)
 SMOKE_TIME = 45.0  # smoke's default --time: a bounded CI job whatever the number of targets
 ZOO_SHRINK_TIME = 2.0  # zoo's default --shrink-time: a caught row gives the rest of its share to the rows after it
 
@@ -186,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "the target's module registers (mambafuzz.contracts.register)")
         _add_contract_options(p, with_defaults=True)
         _add_run_options(p, max_examples=1000, time_default=None)
+        from mambafuzz.fleet.command import add_fuzz_arguments
+        add_fuzz_arguments(p)
 
     def fill_smoke(p):
         _add_run_options(p, max_examples=60, time_default=SMOKE_TIME)
@@ -227,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("replay", help="re-run saved crash files", fill=fill_replay)
     sub.add_parser("report", help="one static HTML page from a --json report, a session or crash files",
                    fill=fill_report)
+
+    def fill_collect(p):
+        from mambafuzz.fleet.command import add_collect_arguments
+        add_collect_arguments(p)
+
+    sub.add_parser("collect", help="a --fleet campaign's confirmed findings as crash files, and its summary",
+                   fill=fill_collect)
     sub.add_parser("selfcheck", help="check the oracle against hand-worked examples")
     return parser
 
@@ -410,7 +420,7 @@ class _View:
 
 
 def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool,
-                 auto_per_gpu: bool = True):
+                 auto_per_gpu: bool = True, turns=None):
     """Run the targets under a view; Ctrl-C / SIGTERM stop cleanly, keeping what was found."""
     from mambafuzz.run import runner
 
@@ -438,9 +448,9 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
                 on_resume=lambda done: err.print(f"resuming a saved session: {len(done)} target(s) already done "
                                                  f"({', '.join(done)}); --fresh starts over", highlight=False),
-                precompile_processes=helpers)
+                precompile_processes=helpers, turns=turns)
         return runner.run_in_process(targets, opts, deadline=deadline, on_update=view.update,
-                                     precompile_processes=helpers)
+                                     precompile_processes=helpers, turns=turns)
 
 
 def _print_reports(reports, title: str, device: str) -> None:
@@ -516,20 +526,30 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
         targets = resolve(args.target, contract=args.contract, overlap=args.overlap)
     _check_signatures(targets)
     opts = _fuzz_options(args, device)
+    fleet = None
+    if getattr(args, "fleet", None):  # one worker of a campaign (mambafuzz/fleet)
+        from mambafuzz.fleet import command as fleet_command
+        fleet, opts = fleet_command.setup(args, targets, opts, DEFAULT_DATABASE)
     isolate = args.isolate if args.isolate is not None else not smoke
     title = f"mambafuzz {args.command} ({device}, {opts.mode})"
     reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
-                           isolate=isolate)
+                           isolate=isolate, turns=fleet)
+    statuses, campaign = [r.status for r in reports], {}
+    if fleet is not None:  # the targets this box fuzzed, and a word on the campaign
+        reports, fleet_lines, campaign = fleet_command.after(fleet, reports)
+        statuses = fleet_command.statuses(reports, campaign)
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
-    code = outcome.exit_code([r.status for r in reports], interrupted)
+    code = outcome.exit_code(statuses, interrupted)
     interrupt.hold()  # the verdict is decided: no signal changes it now
     if args.json:
         _emit(_report_json(args.command, device, opts.mode, interrupted, code,
-                           targets=[r.to_json() for r in reports]))
+                           targets=[r.to_json() for r in reports], **({"fleet": campaign} if fleet else {})))
         return code
     _print_reports(reports, title, device)
     _print_coverage(reports)
     for line in short_share_lines(reports):
+        print(line)
+    for line in fleet_lines if fleet is not None else ():
         print(line)
     if interrupted:
         print("interrupted: every failure seen so far is saved")
@@ -715,6 +735,23 @@ def cmd_report(args) -> int:
     return EXIT_CLEAN
 
 
+def cmd_collect(args) -> int:
+    """A campaign's confirmed buckets as crash files and its summary (``fleet.collect``)."""
+    from mambafuzz.fleet.collect import collect, lines
+
+    got = collect(args.hub, args.output, campaign=args.campaign, from_dirs=args.from_dirs,
+                  include_unconfirmed=args.unconfirmed)
+    if args.json:
+        _emit(json.dumps({**got.summary, "sent": got.sent, "folder": str(got.folder)}, indent=2))
+        return got.code
+    if got.sent:
+        print(f"sent {got.sent} waiting finding(s) from {', '.join(map(str, args.from_dirs))}")
+    for line in lines(got.summary, got.folder):
+        print(line)
+    print(f"wrote {len(got.files)} crash file(s) and {got.folder / 'campaign.txt'}; exit {got.code}")
+    return got.code
+
+
 def cmd_selfcheck(args) -> int:
     from mambafuzz.oracle.selfcheck import run_selfcheck
 
@@ -725,7 +762,7 @@ def cmd_selfcheck(args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "fuzz": cmd_fuzz, "smoke": lambda a: cmd_fuzz(a, smoke=True), "zoo": cmd_zoo,
-            "replay": cmd_replay, "selfcheck": cmd_selfcheck, "report": cmd_report}
+            "replay": cmd_replay, "selfcheck": cmd_selfcheck, "report": cmd_report, "collect": cmd_collect}
 
 
 _DOCUMENT = [None]  # where --json's one document goes: the process's stdout as it was at the start

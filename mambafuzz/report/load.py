@@ -1,4 +1,5 @@
-"""Reading what a report page is made from: a saved ``--json`` report, a session's state, crash files.
+"""Reading what a report page is made from: a saved ``--json`` report, a session's state, crash files,
+a collected campaign (``mambafuzz collect``'s folder: its crash files and ``CAMPAIGN_SUMMARY``).
 
 Everything is checked here, so that rendering never meets a surprise: a bad
 input is one ``UsageError`` line naming the file and what is wrong with it.
@@ -18,6 +19,8 @@ from mambafuzz.search.features import Tally
 from mambafuzz.judge.stats import rate_upper_bound
 
 REPORT_SCHEMA = 1  # the JSON reports' shape this reads (cli.REPORT_SCHEMA)
+CAMPAIGN_SUMMARY = ".campaign.json"  # what `collect` writes beside a campaign's crash files (fleet/collect.py)
+CAMPAIGN_SCHEMA = 1
 COMMANDS = ("fuzz", "smoke", "zoo", "replay")
 
 
@@ -76,13 +79,14 @@ class TargetRow:
 @dataclass
 class Report:
     source: str
-    kind: str                       # fuzz | smoke | zoo | replay | session | crashes
+    kind: str                       # fuzz | smoke | zoo | replay | session | crashes | campaign
     device: str | None
     mode: str | None
     exit_code: int | None
     interrupted: bool
     targets: list[TargetRow] = field(default_factory=list)
     files: list[dict] = field(default_factory=list)  # replay rows as written
+    campaign: dict | None = None    # a collected campaign's summary: boxes, buckets, workers
 
     @property
     def on_gpu(self) -> bool:
@@ -122,7 +126,10 @@ def _read_json(path: Path) -> Any:
 
 
 def _load_folder(path: Path) -> Report:
-    """A session state folder (the newest state in it) or a crash folder (every crash file under it)."""
+    """A collected campaign, a session state folder (the newest state in it) or a crash folder (every crash
+    file under it)."""
+    if (path / CAMPAIGN_SUMMARY).is_file():
+        return _from_campaign(path, _read_json(path / CAMPAIGN_SUMMARY))
     files = sorted((q for q in path.rglob("*.json") if not q.name.startswith(".")),
                    key=lambda q: q.stat().st_mtime, reverse=True)
     if not files:
@@ -267,3 +274,38 @@ def _from_crashes(path: Path, files: list[Path]) -> Report:
                                  failed_reps=view.failures, seconds=float(b.get("seconds_to_first", 0.0) or 0.0),
                                  finding=view, tally=Tally()))
     return Report(str(path), "crashes", _device(targets), None, None, False, targets)
+
+
+def _from_campaign(path: Path, body) -> Report:
+    """A campaign collected into `path`: a row per target (its examples over every box, its first confirmed
+    bucket as its finding), the summary kept whole for the campaign section."""
+    from mambafuzz.findings import schema_problem
+
+    where = path / CAMPAIGN_SUMMARY
+    if not isinstance(body, dict):
+        raise UsageError(f"{where}: a campaign summary holds a JSON object")
+    problem = schema_problem(body, CAMPAIGN_SCHEMA, "campaign")
+    if problem:
+        raise UsageError(f"{where}: {problem}")
+    targets = _need(where, "", body, "targets", list, "a list of target objects")
+    rows_by_key = {b.get("key"): b for b in _need(where, "", body, "buckets", list, "a list of buckets")
+                   if isinstance(b, dict)}
+    rows = []
+    for i, t in enumerate(targets):
+        if not isinstance(t, dict) or not isinstance(t.get("target"), str):
+            raise UsageError(f"{where}: targets[{i}] must be an object with a 'target' string")
+        finding = None
+        for key in t.get("buckets") or []:
+            file = (rows_by_key.get(key) or {}).get("file")
+            if file and (path / file).is_file():
+                finding = _from_crashes(path, [path / file]).targets[0].finding
+                break
+        done = t.get("done") or {}
+        rows.append(TargetRow(target=t["target"], contract=str(t.get("contract", "?")),
+                              status=str(t.get("status", "?")), stop=str(done.get("stop", "open")),
+                              why=done.get("why") or None, examples=int(t.get("examples", 0) or 0), reps=0,
+                              failed_reps=0, seconds=float(t.get("seconds", 0.0) or 0.0), finding=finding,
+                              tally=Tally()))
+    device = (body.get("options") or {}).get("device")
+    return Report(str(path), "campaign", device, (body.get("options") or {}).get("mode"), body.get("exit_code"),
+                  False, rows, campaign=body)

@@ -5,7 +5,7 @@ opens offline, from a CI artifact or a mail attachment.  Sections (their ids
 are what the tests look for): ``summary``, ``targets`` (outcome, k/N and its
 95% bound, stop reason, the shrunk case; a bar chart), ``findings`` (each
 finding's case, evidence and replay command), ``coverage`` (features drawn,
-holes warned), ``race-map`` (GPU: failure rate over shift x size per warp
+holes warned), ``campaign`` (a collected campaign: examples per target per box, its buckets, its workers), ``race-map`` (GPU: failure rate over shift x size per warp
 count and delay) and ``throughput`` (examples per second over time; past
 ``OVERLAID`` targets, a small chart each, named, so no legend is cut off).
 """
@@ -86,10 +86,16 @@ def _summary(report: Report) -> str:
     found = sum(t.finding is not None for t in report.targets)
     holes = sum(bool(t.tally.never_drawn()) and t.finding is None for t in report.targets)
     examples = sum(t.examples for t in report.targets)
-    what = {"zoo": "bug zoo", "session": "session", "crashes": "crash files"}.get(report.kind, report.kind)
+    what = {"zoo": "bug zoo", "session": "session", "crashes": "crash files",
+            "campaign": f"campaign {(report.campaign or {}).get('campaign', '')}"}.get(report.kind, report.kind)
     kpis = [("targets", n), ("examples", examples),
             ("caught", f"{sum(_outcome(report, t)[0] == 'caught' for t in report.targets)} of {n}")
             if report.kind == "zoo" else ("findings", found)]
+    if report.campaign is not None:
+        boxes = {b for t in report.campaign.get("targets", []) for b in t.get("boxes") or {}}
+        buckets = report.campaign.get("buckets", [])
+        kpis += [("boxes", len(boxes)), ("confirmed buckets", f"{sum(bool(b.get('counts')) for b in buckets)} "
+                                                              f"of {len(buckets)}")]
     if report.exit_code is not None:
         kpis.append(("exit code", report.exit_code))
     if holes:
@@ -141,6 +147,48 @@ def _targets_table(report: Report) -> str:
         rows.append("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in cells) + "</tr>")
     return ('<table class="targets"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
+    """An HTML table of already-escaped cells (`numeric`: the columns aligned right)."""
+    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return (f'<table class="targets"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+def _seconds(value) -> str:
+    return "-" if value is None else f"{float(value):.1f} s"
+
+
+def _campaign(report: Report) -> str:
+    """A collected campaign: examples per target per box, time to first finding, buckets, workers."""
+    body = report.campaign or {}
+    targets, buckets = body.get("targets", []), body.get("buckets", [])
+    boxes = sorted({b for t in targets for b in t.get("boxes") or {}})
+    per_box = [[_e(t.get("target")), _e(t.get("status")), _e((t.get("done") or {}).get("stop", "open"))]
+               + [str((t.get("boxes") or {}).get(b, {}).get("examples", 0)) for b in boxes]
+               + [str(t.get("examples", 0)), _e(_seconds(t.get("first_finding_s")))] for t in targets]
+    parts = [f'<section id="campaign"><h2>Campaign {_e(body.get("campaign"))}</h2>'
+             f'<p class="muted">hub {_e(body.get("hub"))}; {_e(body.get("state"))}, '
+             f'{_e(body.get("workers_alive"))} worker(s) alive when collected ({_e(body.get("collected"))}). '
+             "A bucket is one bug: the findings of every box grouped by contract, target, kind and what failed; "
+             "it counts once a replay on a box of its kind confirmed it.</p>",
+             "<h3>Examples per target per box</h3>",
+             _table(["target", "status", "done"] + boxes + ["all boxes", "first finding after"], per_box,
+                    set(range(3, 5 + len(boxes)))),
+             "<h3>Buckets</h3>"]
+    rows = [[_e(b.get("key")), _e(b.get("target")), _e(b.get("kind")), _e(b.get("signature")),
+             str(b.get("count", 0)), _e(", ".join(b.get("boxes") or [])),
+             _e(b.get("state")) + (" (counts)" if b.get("counts") else ""), _e(_seconds(b.get("first_found_s"))),
+             _e(b.get("file") or "")] for b in buckets]
+    parts.append(_table(["bucket", "target", "kind", "what failed", "seen", "boxes", "state", "first after",
+                         "crash file"], rows, {4}) if rows else '<p class="muted">no findings</p>')
+    workers = [[_e(w.get("worker")), _e(w.get("gpu") or w.get("device")), _e(w.get("driver") or ""),
+                _e(w.get("torch")), _e(w.get("triton")), _e(w.get("mambafuzz"))] for w in body.get("workers", [])]
+    if workers:
+        parts += ["<h3>Workers</h3>", _table(["worker", "GPU", "driver", "torch", "Triton", "mambafuzz"], workers)]
+    return "".join(parts) + "</section>"
 
 
 def _rate_text(f) -> str:
@@ -413,6 +461,8 @@ def render(report: Report) -> str:
                      "hazard fails an example without a wrong byte, so a race can be caught at k = 0.</p>"
                      + _targets_table(report) + (plot(_outcome_figure(go, report)) if report.targets else "")
                      + "</section>")
+        if report.campaign is not None:
+            parts.append(_campaign(report))
         found = [t for t in report.targets if t.finding is not None]
         parts.append('<section id="findings"><h2>Findings</h2>'
                      + ("".join(_finding(t) for t in found) if found else '<p class="muted">none</p>')

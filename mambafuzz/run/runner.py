@@ -35,14 +35,42 @@ def _not_reached(target, opts: FuzzOptions, why: str, interrupted: bool) -> Targ
 
 
 def run_in_process(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadline(),
-                   on_update: Update | None = None, precompile_processes: int = 0) -> list[TargetReport]:
+                   on_update: Update | None = None, precompile_processes: int = 0, turns=None) -> list[TargetReport]:
     """Fuzz each target in turn in this process, within `deadline` (``--time``, started here); stops
     early on a stop signal or a lost CUDA context.
 
     `precompile_processes` helpers build the targets' kernels ahead of their turn (``precompile``).
+    `turns` (a campaign's, ``fleet.worker.Fleet``) chooses the targets and their turns instead: the
+    reports are then those of the targets this process had a turn of.
     """
     with precompile.ahead(targets, opts, precompile_processes):
+        if turns is not None:
+            return _campaign_turns(turns, targets, opts, deadline, on_update)
         return _in_process(targets, opts, deadline, on_update)
+
+
+def _campaign_turns(turns, targets: list, opts: FuzzOptions, deadline: Deadline,
+                    on_update: Update | None) -> list[TargetReport]:
+    """The targets `turns` leases, fuzzed here a turn at a time (a turn resumes this process's report)."""
+    on_update = on_update or (lambda reports: None)
+    by_name = {t.name: t for t in targets}
+    reports: dict[str, TargetReport] = {}
+
+    def turn(target, target_opts, resume, hooks):
+        others = [r for name, r in reports.items() if name != target.name]
+        progress = _progress(on_update, others, [])
+
+        def both(report):
+            hooks.progress(report)
+            progress(report)
+        report = fuzz_target(target, target_opts, both, on_finding=hooks.found, resume=resume)
+        reports[target.name] = report
+        on_update(list(reports.values()))
+        hooks.ended(report)
+        return report
+
+    turns.loop(turn, opts, deadline.started(), lambda entry: by_name[entry["name"]])
+    return [reports[t.name] for t in targets if t.name in reports]
 
 
 def _in_process(targets: list, opts: FuzzOptions, deadline: Deadline,
@@ -92,18 +120,22 @@ def _progress(on_update: Update, before: list[TargetReport], after: list[TargetR
 def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadline(), workers: int = 1,
                  gpus: list[int] | None = None, hang_timeout: float = 120.0, fresh: bool = False,
                  on_update: Update | None = None, on_resume: Callable[[list[str]], None] | None = None,
-                 precompile_processes: int = 0, workers_per_gpu: int = 1, mps: bool = True) -> list[TargetReport]:
+                 precompile_processes: int = 0, workers_per_gpu: int = 1, mps: bool = True,
+                 turns=None) -> list[TargetReport]:
     """Targets in worker processes (one per GPU with `gpus`, `workers_per_gpu` on cuda), resumable; the
     workers receive the run's `deadline`, start it when ready and take each target's share of it when
     the target starts; `precompile_processes` helpers build kernels ahead (``precompile``); several
-    workers on a GPU run under a private MPS daemon unless `mps` is False (``run.mps``)."""
+    workers on a GPU run under a private MPS daemon unless `mps` is False (``run.mps``).  With a
+    campaign's `turns` each worker leases its targets from the hub (no local resume state: the hub is it)."""
     entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
                 **({"path": t.path} if getattr(t, "path", None) else {})}
                for t in targets]
     sopts = SessionOptions(device=opts.device, options=plain_options(opts),
                            workers=workers, gpus=gpus, hang_timeout=hang_timeout, fresh=fresh,
-                           deadline=deadline, workers_per_gpu=workers_per_gpu if opts.device == "cuda" else 1)
-    session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())))
+                           deadline=deadline, workers_per_gpu=workers_per_gpu if opts.device == "cuda" else 1,
+                           **({"state_dir": None} if turns is not None else {}))
+    session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())),
+                      turns=turns)
     if session.resumed() and on_resume is not None:
         on_resume(session.resumed())
     ahead = [t for t in targets if t.name not in session.done]

@@ -58,6 +58,9 @@ class WorkerSpec:
     # (entry, report JSON) of targets this worker slot fuzzed in an earlier process (before a restart):
     # candidates for a second turn (search.fuzz.second_turns) with the targets this process fuzzes
     earlier: list = field(default_factory=list)
+    # a campaign's turns (``fleet.worker.Fleet``, handed in by the CLI): the worker leases its targets from
+    # the hub, one turn at a time, instead of running ``targets`` in order
+    turns: Any = None
 
 
 # --------------------------------------------------------------------- worker
@@ -91,6 +94,12 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
 
     deadline = spec.deadline.started()  # ready: the worker's start-up is not taken from --time
     conn.send(("hello", (os.getpid(), deadline.end)))
+    if spec.turns is not None:  # a campaign: targets leased from the hub, a turn at a time, until none is open
+        spec.turns.loop(lambda target, opts, resume, hooks: _worker_turn(conn, target, opts, resume, hooks),
+                        FuzzOptions(**opts_fields), deadline, _resolved)
+        conn.send(("bye", None))
+        conn.close()
+        return
     ran, fuzzed = 0, []  # targets this worker slot has fuzzed: how many here, and (target, report) of each
     for entry, body in spec.earlier:
         try:
@@ -129,9 +138,10 @@ def _resolved(entry: dict):
     return resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
 
 
-def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = None) -> TargetReport:
+def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = None, hooks=None) -> TargetReport:
     """One turn of one target in a worker, narrated to the parent (an internal-error report after
-    mambafuzz's own error); a broken CUDA context ends the worker."""
+    mambafuzz's own error); a broken CUDA context ends the worker.  `hooks` (a campaign's turn) hears of
+    each finding, the progress and the report too, the report before a broken context ends the worker."""
     conn.send(("target", target.name))
     last = [0.0]
 
@@ -139,6 +149,8 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
         conn.send(("case", case.to_json()))
 
     def progress(report):
+        if hooks is not None:
+            hooks.progress(report)
         now = time.monotonic()
         if now - last[0] > 0.5:
             last[0] = now
@@ -146,6 +158,8 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
 
     def on_finding(finding):  # the parent knows of a failure as soon as it is on disk
         conn.send(("found", finding.to_json()))
+        if hooks is not None:
+            hooks.found(finding)
 
     try:
         report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding, resume=resume)
@@ -156,6 +170,8 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
             f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
         report = TargetReport(target.name, target.contract, stop="internal-error", detail=detail)
     conn.send(("report", report.to_json()))
+    if hooks is not None:
+        hooks.ended(report)
     if report.context_lost:
         conn.close()
         os._exit(WORKER_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
@@ -199,9 +215,11 @@ def session_key(targets: list[dict], sopts: SessionOptions) -> str:
 class Session:
     """Parent side: start workers, watch them, turn deaths and hangs into findings."""
 
-    def __init__(self, targets: list[dict], sopts: SessionOptions, on_update: Callable[[dict], None] | None = None):
+    def __init__(self, targets: list[dict], sopts: SessionOptions, on_update: Callable[[dict], None] | None = None,
+                 turns: Any = None):
         self.targets = targets
         self.sopts = sopts
+        self.turns = turns  # a campaign's (fleet.worker.Fleet): workers lease targets; crash findings go to it too
         self.on_update = on_update or (lambda reports: None)
         self.reports: dict[str, TargetReport] = {}
         self.key = session_key(targets, sopts)
@@ -245,7 +263,7 @@ class Session:
                           options=self.sopts.options, seed_offset=7919 * index + 104729 * self.restarts,
                           deadline=self.deadline,
                           memory_share=memory_share(index % k, k) if k > 1 and self.sopts.device == "cuda" else None,
-                          earlier=self._earlier(index, remaining))
+                          earlier=self._earlier(index, remaining) if self.turns is None else [], turns=self.turns)
         parent_conn, child_conn = ctx.Pipe(duplex=False)
         process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=True)
         process.start()
@@ -307,9 +325,12 @@ class Session:
         rep = self.reports[name]
         if rep.finding is None:
             rep.finding, rep.written = finding, written
-        if self._shared() and written and kind == "crash":
+        suspect = self._shared() and written and kind == "crash"
+        if suspect:
             self._suspects.append({"target": name, "path": str(path), "gpu": live.spec.gpu,
                                    "worker": live.spec.index})
+        if self.turns is not None and path is not None:  # a campaign hears of it (done, unless a suspect)
+            self.turns.session_found(finding, suspect)
 
     def run(self) -> list:
         ctx = mp.get_context("spawn")
@@ -451,11 +472,16 @@ class Session:
         rep.stop, rep.finished = "finding", True
         rep.detail = ""
         self.done.add(name)
+        if self.turns is not None:
+            self.turns.session_found(finding, False)
 
     def _restart(self, w: _Live, hung: bool, live: list[_Live], ctx) -> None:
         """A fresh worker for `w`'s remaining targets; a slot whose worker keeps dying before it is ready
         (a GPU it cannot open) gives its targets up as internal errors instead of looping."""
-        remaining = [t for t in w.remaining if t["spec"] not in self.done]
+        if self.turns is not None:  # a campaign's worker leases from every target; one that said bye is done
+            remaining = [] if w.finished else self.targets
+        else:
+            remaining = [t for t in w.remaining if t["spec"] not in self.done]
         if not remaining or not (hung or w.process.exitcode != WORKER_DONE):
             return
         if not w.ready:
@@ -543,9 +569,9 @@ class Session:
 
 
 def plain_options(opts) -> dict:
-    """FuzzOptions -> plain dict for a worker (profile by name, paths as strings); no deadline: the
-    worker's comes in ``WorkerSpec.deadline``."""
-    body = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name != "deadline"}
+    """FuzzOptions -> plain dict for a worker (profile by name, paths as strings); no deadline (the
+    worker's comes in ``WorkerSpec.deadline``) and no turn_over or seeds (a campaign's worker makes its own)."""
+    body = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name not in ("deadline", "turn_over", "seeds")}
     body["profile"] = opts.profile.name
     body["crashes_dir"] = str(opts.crashes_dir) if opts.crashes_dir is not None else None
     if body["database"] is not None and not isinstance(body["database"], str):

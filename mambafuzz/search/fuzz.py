@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, assume, example, given, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
@@ -59,7 +59,7 @@ REWRITE_EVERY = 2.0  # seconds between rewrites of a crash file while its case s
 
 # Why a target's run ended.
 STOPS = ("max-examples", "time", "exhausted", "finding", "interrupted", "inconclusive", "internal-error",
-         "not-run")
+         "not-run", "fleet")  # fleet: a campaign ended the turn (another worker finished the target)
 
 
 class _CaseFailed(Exception):
@@ -173,6 +173,9 @@ class FuzzOptions:
     observe: str | None = None           # a folder for Hypothesis observability records (--observe)
     witness: bool = True                 # a GPU finding is run again under the CPU race recorder (cross.py)
     witness_seconds: float = 60.0        # the CPU child's time, its shrink included
+    corpus_key: str = ""                 # more of what keys the target's corpus (a campaign: versions, source)
+    turn_over: Callable[[], str | None] | None = None  # asked between examples: a reason to end the turn now
+    seeds: tuple = ()                    # cases tried first, before any drawn (a campaign's finds on other boxes)
 
     @property
     def flaky(self) -> bool:
@@ -230,10 +233,9 @@ def _database(db) -> ExampleDatabase | None:
     if db is None or isinstance(db, ExampleDatabase):
         return db
     if str(db).startswith("redis://"):
-        import redis
-        from hypothesis.extra.redis import RedisExampleDatabase
+        from mambafuzz.search import redisdb
 
-        return RedisExampleDatabase(redis.Redis.from_url(str(db)))
+        return redisdb.database(str(db))
     return DirectoryBasedExampleDatabase(str(db))
 
 
@@ -542,6 +544,8 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
             best.rewrite(every=REWRITE_EVERY)
         elif end is not None and time.monotonic() > end:
             raise _Stop("time")
+        elif opts.turn_over is not None and (why := opts.turn_over()):
+            raise _Stop("fleet", why)
         if before_case is not None:
             before_case(case)
         try:
@@ -579,6 +583,7 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         raise _CaseFailed(verdict.summary())
 
     chunk_index = 0 if resume is None else SECOND_TURN_CHUNKS  # --seed: other draws than the first turn's
+    seeds = opts.seeds
     report.stop = "max-examples"
     try:
         while report.examples < opts.max_examples and best.case is None:
@@ -587,8 +592,12 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
                 break
             n = min(CHUNK, opts.max_examples - report.examples)
             test = given(strategy)(body)
+            for case in seeds:  # tried before the first chunk draws anything
+                test = example(case)(test)
+            seeds = ()
             test.hypothesis.inner_test._hypothesis_internal_add_digest = (
-                f"{target.name}|{opts.device}|{opts.mode}".encode())
+                f"{target.name}|{opts.device}|{opts.mode}" + (f"|{opts.corpus_key}" if opts.corpus_key else "")
+            ).encode()
             test = settings(database=_database(opts.database), max_examples=n, deadline=None, derandomize=False,
                             suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                             report_multiple_bugs=False, print_blob=False,
