@@ -40,6 +40,12 @@ KINDS = {
     "SS-WW":          ("state_scatter", "mismatch race",     "mismatch"),
     "SS-FREED0":      ("state_scatter", "mismatch race",     "mismatch"),
     "SS-I32":         ("state_scatter", "mismatch oob race", "fault mismatch"),
+    "CP-SHORTSTORE":  ("conv_prefill",  "mismatch",          "mismatch"),
+    "CP-NOINIT":      ("conv_prefill",  "mismatch",          "mismatch"),
+    "CP-ROWSTRIDE":   ("conv_prefill",  "mismatch oob race", "fault mismatch"),
+    "CP-BOUNDARYX":   ("conv_prefill",  "mismatch",          "mismatch"),
+    "CP-PADSTORE":    ("conv_prefill",  "mismatch oob race", "fault mismatch"),
+    "CP-I32":         ("conv_prefill",  "mismatch oob race", "fault mismatch"),
 }
 
 

@@ -162,7 +162,8 @@ def test_a_fixed_tile_count_is_never_reduced(case):
 
 
 def test_case_json_without_the_engine_options_is_unchanged():
-    case = StateCopyCase(arena_size=64, pools=(), block_tables=(((0,),),), src_cols=(0,), dst_cols=(0,), biases=(0,))
+    case = StateCopyCase(arena_size=64, pools=(mambafuzz.oracle.PoolLayout("conv_sd", 0, 1, 8, 1, 4, 2),),
+                         block_tables=(((0,),),), src_cols=(0,), dst_cols=(0,), biases=(0,))
     assert "skip_equal_cols" not in case.to_json() and "tiles_fixed" not in case.to_json()
     flagged = dataclasses.replace(case, skip_equal_cols=True, tiles_fixed=True)
     assert flagged.to_json()["skip_equal_cols"] is True and flagged.content_hash() != case.content_hash()
