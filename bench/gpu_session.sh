@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU work, every step's exact command logged with the commit it ran at.
 # Usage (on the GPU box, repo root): OUT=/some/dir MF_COMMIT=<sha> bash bench/gpu_session.sh STEP...
-# Steps (TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo defaultk (the default --workers-per-gpu: engine-style and update kernels) mpsmix (K=8 under MPS: a faulting zoo row beside correct kernels) updcompare (update contracts judged on the device vs the host) updbench (256-row update batches: the oracle on the device vs the host) fleetzoo (a --fleet campaign over the amplified zoo: FLEET_WORKERS processes standing in for boxes, FLEET_TIME each; needs redis-server and the redis package) rowseeds (ROWS fuzzed under SEEDS, ROW_TIME each, no database: how soon a row is found from a fresh start) conformance (each corpus kernel compiled and interpreted on the same inputs) useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
+# Steps (TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo defaultk (the default --workers-per-gpu: engine-style and update kernels) mpsmix (K=8 under MPS: a faulting zoo row beside correct kernels) updcompare (update contracts judged on the device vs the host) updbench (256-row update batches: the oracle on the device vs the host) fleetzoo (a --fleet campaign over the amplified zoo: FLEET_WORKERS processes standing in for boxes, FLEET_TIME each; needs redis-server and the redis package) rowseeds (ROWS fuzzed under SEEDS, ROW_TIME each, no database: how soon a row is found from a fresh start) conformance (each corpus kernel compiled and interpreted on the same inputs) cpzoo (the conv_prefill rows amplified, then its correct kernels fuzzed, also narrowed as vLLM's) useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
 # end, into one archive $OUT/gpu_results.tgz (the device tool brings few files back).
 set -u
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -67,6 +67,15 @@ for step in "$@"; do
     updcompare) run updcompare 200 "python3 bench/update_compare_bench.py --cases ${CMP_CASES:-12} --out $W/update_compare.json > $W/update_compare.log 2>&1; tail -5 $W/update_compare.log" ;;
     fleetzoo) run fleetzoo $(( ${FLEET_TIME:-300} + 240 )) "python3 bench/fleet_zoo.py --device cuda --workers ${FLEET_WORKERS:-2} --time ${FLEET_TIME:-300} \
               --workdir $W/fleet-zoo --out $W/fleet_zoo.md --json $W/fleet_zoo.json > $W/fleet_zoo.log 2>&1; echo fleetzoo exit \$?; tail -45 $W/fleet_zoo.md" ;;
+    cpzoo) run cpzoo $(( ${ZOO_TIME:-120} + 240 )) "TRITON_CACHE_DIR=\$(mktemp -d) $MF zoo --device cuda --profile gpu-amp --reps 50 --time ${ZOO_TIME:-120} --seed 1 --database none --json \
+              --target 'zoo.CP-*' --crashes-dir $W/cpzoo-crashes > $W/cpzoo.json 2> $W/cpzoo.err;
+            python3 -c \"import json; d=json.load(open('$W/cpzoo.json')); print(sum(t['caught'] for t in d['targets']), 'of', len(d['targets']), 'caught');
+[print(t['target'], t['caught'], t['status'], t['examples'], (t.get('finding') or {}).get('seconds_to_first'), (t.get('finding') or {}).get('case_summary')) for t in d['targets']]\";
+            $MF fuzz --device cuda --profile gpu-amp --reps 50 --time ${CLEAN_TIME:-60} --json --database none --target triton.conv_prefill --target torch.conv_prefill \
+              --crashes-dir $W/cpclean-crashes > $W/cpclean.json 2> $W/cpclean.err; echo clean exit \$?;
+            $MF fuzz --device cuda --profile gpu-amp --reps 50 --time ${CLEAN_TIME:-60} --json --database none --target triton.conv_prefill --max-width 4 --conv-layout dim --block-multiple 8 \
+              --crashes-dir $W/cpclean-vllm-crashes > $W/cpclean_vllm.json 2> $W/cpclean_vllm.err; echo clean-vllm exit \$?;
+            python3 -c \"import json; [print(t['target'], t['status'], t['examples'], t.get('rejected')) for f in ('$W/cpclean.json', '$W/cpclean_vllm.json') for t in json.load(open(f))['targets']]\"" ;;
     *) echo "unknown step $step" ;;
   esac
 done
