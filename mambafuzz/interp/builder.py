@@ -16,6 +16,10 @@ a mend is applied only where its probe finds the difference.
   round once, as compiled code does (bf16 dot: products exact, accumulated
   in fp32 as float64 rounded once; compiled tensor cores accumulate in fp32
   in their own order, within the corpus's documented bound).
+- Integer to pointer: a Python int argument in [2^31, 2^32) is a uint32 in
+  the interpreter, and its ``.to(tl.pointer_type(...))`` views 4 bytes as 8
+  (numpy raises).  Host addresses land there where the heap is low (a
+  non-PIE Python); compiled code zero-extends, and so does the mend.
 - ``libdevice`` calls (``create_extern_elementwise``, unsupported in every
   release's interpreter) run the numpy twin of each ``__nv_*`` symbol
   (``libdevice.py``); a symbol without one raises a NotImplementedError
@@ -345,6 +349,28 @@ def _extern_broken(builder) -> bool:
     return False
 
 
+# --------------------------------------------------------------------------
+# a 32-bit integer cast to a pointer
+# --------------------------------------------------------------------------
+def _int_to_ptr(original):
+    def create_int_to_ptr(self, val, dst_type):
+        data = np.asarray(val.data)
+        if data.dtype.itemsize >= 8:
+            return original(self, val, dst_type)
+        wide = data.view(np.dtype(f"u{data.dtype.itemsize}")).astype(np.uint64)  # zero-extended, as inttoptr
+        return TensorHandle(wide, dst_type.scalar)
+    return create_int_to_ptr
+
+
+def _int_to_ptr_broken(builder) -> bool:
+    low = TensorHandle(np.array([2**31 + 8], dtype=np.uint32), tl.uint32)
+    try:
+        out = Builder.create_int_to_ptr(builder, low, tl.pointer_type(tl.int32))
+    except ValueError:
+        return True
+    return int(np.asarray(out.data).astype(np.uint64)[0]) != 2**31 + 8
+
+
 # (what it mends, probe: does the installed release have the difference, {method: mended}) -- the
 # methods are InterpreterBuilder's unless keyed by (class, name)
 MENDS = (
@@ -353,6 +379,8 @@ MENDS = (
     ("bf16/fp8 casts", _casts_broken, _casts),
     ("bf16/fp8 tl.dot", _dot_broken, lambda: {"create_dot": _dot(Builder.create_dot)}),
     ("bf16/fp8 reductions", _arithmetic_broken, _reductions),
+    ("32-bit int to pointer", _int_to_ptr_broken,
+     lambda: {"create_int_to_ptr": _int_to_ptr(Builder.create_int_to_ptr)}),
     ("libdevice", _extern_broken,
      lambda: {"create_extern_elementwise": _extern(Builder.create_extern_elementwise)}),
 )

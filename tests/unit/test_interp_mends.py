@@ -311,3 +311,20 @@ def test_an_autotuned_kernel_runs_its_first_config_without_a_gpu():
         tuned_scale[lambda meta: (triton.cdiv(8, meta["BLOCK"]),)](x, out, 8)
     assert out.tolist() == (2 * x).tolist()
     assert tuned_scale.best_config.kwargs == {"BLOCK": 4}
+
+
+@triton.jit(do_not_specialize=["addr"])
+def address_round_trip(addr, out_ptr):
+    """vLLM's raw-address idiom: an int argument cast to a typed pointer (and back, to look at it)."""
+    p = addr.to(tl.pointer_type(tl.int32))
+    tl.store(out_ptr, p.to(tl.int64))
+
+
+@pytest.mark.parametrize("addr", [2**31 + 64, 2**32 - 8, 2**40 + 16])
+def test_an_int_address_below_4_gib_casts_to_the_same_pointer(addr):
+    # a host address in [2^31, 2^32) is a uint32 argument in the interpreter (a heap that low: a non-PIE
+    # Python), and viewing it as a pointer failed; compiled code zero-extends it
+    out = torch.zeros(1, dtype=torch.int64)
+    with adapters():
+        address_round_trip[(1,)](addr, out)
+    assert int(out[0]) == addr
