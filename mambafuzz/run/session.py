@@ -265,7 +265,9 @@ class Session:
                           memory_share=memory_share(index % k, k) if k > 1 and self.sopts.device == "cuda" else None,
                           earlier=self._earlier(index, remaining) if self.turns is None else [], turns=self.turns)
         parent_conn, child_conn = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=True)
+        # a campaign's worker confirms a CUDA fault itself, in a child of its own (daemonic processes may
+        # have none); the session still ends every worker (_stop, or a kill where one outlives its pipe)
+        process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=self.turns is None)
         process.start()
         child_conn.close()
         return _Live(spec, process, parent_conn, list(remaining))
@@ -387,6 +389,10 @@ class Session:
         except KeyboardInterrupt:
             interrupted = True
             self._stop_workers(live)
+        finally:  # an error here leaves no worker behind (a campaign's are not daemonic)
+            for w in live:
+                if w.process.is_alive():
+                    w.process.kill()
         for t in self.targets:  # a target no worker reached is reported, never dropped
             name = t.get("name", t["spec"])
             if name not in self.reports:

@@ -475,3 +475,30 @@ def test_a_crash_the_session_makes_is_pushed_and_ends_its_target_unless_it_waits
     assert got["t:crash"].boxes == ["S"] and got["t:mps"].state == buckets.PENDING
     assert hub.hexists(Keys("camp").done, "t:crash")  # its worker died on it: done, no other box dies there too
     assert not hub.hexists(Keys("camp").done, "t:mps")  # a fault on a shared GPU: its replay alone decides
+
+
+def test_a_campaigns_workers_may_start_the_child_that_confirms_a_fault():
+    # a campaign's worker replays a CUDA fault in a child of its own, and a daemonic process may start none
+    # (the H100 run at 95711c1: every confirmation raised "daemonic processes are not allowed to have children")
+    import multiprocessing as mp
+
+    from mambafuzz.run.session import Session, SessionOptions
+
+    started = []
+
+    class Ctx:
+        def Pipe(self, duplex=False):
+            return mp.Pipe(duplex=False)
+
+        def Process(self, target, args, daemon):
+            started.append(daemon)
+
+            class Proc:
+                def start(self):
+                    pass
+            return Proc()
+
+    for turns, daemonic in ((None, True), (object(), False)):
+        session = Session([], SessionOptions(device="cpu", options={}), turns=turns)
+        session._start(0, None, [], Ctx())
+        assert started[-1] is daemonic
