@@ -282,9 +282,11 @@ class ConvUpdate(Contract):
         return True
 
     def candidates(self, case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
-        """Rows dropped; fewer tokens; a narrower pool and conv; extras off; slots renumbered low."""
+        """Rows dropped; index columns no row uses dropped; fewer tokens; a narrower pool and conv; extras
+        off; slots renumbered low."""
         r = dataclasses.replace
         yield from rows_dropped(case, ("lens", "idx", "nacc", "init", "last"))
+        yield from self._columns_dropped(case)
         if case.lens and max(case.lens) > 1:
             shorter = tuple(max(0 if case.varlen else 1, n - 1) for n in case.lens)
             nacc = None if case.nacc is None else tuple(min(a, max(n, 1)) for a, n in zip(case.nacc, shorter))
@@ -319,16 +321,36 @@ class ConvUpdate(Contract):
         return dataclasses.replace(out, slot_stride=stride, offset=offset,
                                    arena_size=offset + out.slots * stride + 64)
 
+    @staticmethod
+    def _columns_dropped(case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
+        """The index columns no row reads or stores through (column 0 without prefix caching, else the
+        init and last columns) cut: all of them, then each alone; init and last follow their columns, the
+        row stride keeps its padding."""
+        used = {0} if case.init is None else set(case.init) | set(case.last)
+        unused = [c for c in range(case.cols) if c not in used]
+        for cut in ([unused] if len(unused) > 1 else []) + [[c] for c in unused]:
+            keep = [c for c in range(case.cols) if c not in cut]
+            where = {c: k for k, c in enumerate(keep)}
+            idx = tuple(tuple(row[c] for c in keep) for row in case.idx)
+            init, last = (None if v is None else tuple(where[c] for c in v) for v in (case.init, case.last))
+            yield dataclasses.replace(case, idx=idx, init=init, last=last, idx_stride=case.idx_stride - len(cut))
+
     def _renumbered(self, case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
-        """The named slots renumbered 0.. (1.. under pad 0) in order, the pool cut to them."""
+        """The named slots renumbered low in order, the pool cut to them: packed from 0 (1 under pad 0),
+        then with at most one unnamed slot below each (a kernel that reads a slot's neighbour still
+        finds one), then with every gap halved (a failure that needs a high slot number)."""
         named = sorted({v for row in case.idx for v in row if v != case.pad and 0 <= v < case.slots})
         first = 1 if case.pad == 0 else 0
-        where = {s: first + k for k, s in enumerate(named)}
-        slots = first + len(named)
-        if slots < case.slots:
+        for shrink in (lambda gap: 0, lambda gap: min(gap, 1), lambda gap: gap // 2):
+            where, old, new = {}, first - 1, first - 1
+            for s in named:  # `gap` unnamed slots between s and the named slot below it (or the first slot)
+                new += 1 + shrink(s - old - 1)
+                where[s], old = new, s
+            slots = max(new + 1, 1)
             idx = tuple(tuple(where.get(v, v) for v in row) for row in case.idx)
-            yield dataclasses.replace(case, idx=idx, slots=max(slots, 1),
-                                      arena_size=case.offset + max(slots, 1) * case.slot_stride + 64)
+            if slots < case.slots or idx != case.idx:
+                yield dataclasses.replace(case, idx=idx, slots=slots, arena_size=min(
+                    case.arena_size, case.offset + slots * case.slot_stride + 64))
 
     # ------------------------------------------------------------ coverage
     def features(self, case: ConvUpdateCase) -> dict[str, str]:

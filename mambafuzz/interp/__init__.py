@@ -15,7 +15,9 @@ named after the difference it removes:
 - ``rewrite.py``: the interpreter's source rewrite (``range`` loop variables
   that take ``.to()``; ``and``/``or`` over tensors as compiled code does);
 - ``tuning.py``: ``triton.autotune`` keeps its first config instead of timing
-  each on a GPU that is not there.
+  each on a GPU that is not there;
+- ``cuda_device.py``: a launcher's ``torch.cuda.device(t.device.index)`` on a
+  CPU tensor selects nothing, as on a GPU box, instead of raising.
 
 Entering the outermost :func:`adapters` applies them; leaving it puts back
 everything they changed, so a kernel launched outside mambafuzz runs in the
@@ -30,7 +32,7 @@ from contextlib import contextmanager
 
 from triton.runtime import interpreter as _interp
 
-from . import aliases, builder, loops, rewrite, tuning
+from . import aliases, builder, cuda_device, loops, rewrite, tuning
 
 __all__ = ["adapters", "adapters_enter", "adapters_exit", "applied"]
 
@@ -110,6 +112,7 @@ def adapters_enter() -> None:
             aliases.patch_language_attributes(alias_undo)
             rewrite.install()
             tuning.install()
+            cuda_device.install()
         except BaseException:
             _depth += 1
             adapters_exit()
@@ -127,6 +130,7 @@ def adapters_exit() -> None:
     _interp._patch_lang = original
     rewrite.uninstall()
     tuning.uninstall()
+    cuda_device.uninstall()
     aliases.restore(alias_undo)
     _unmend_builder(builder_undo)
     for (cls, name), value in undo.items():

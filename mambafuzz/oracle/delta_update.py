@@ -24,8 +24,8 @@ result's rounding to its dtype.  Inputs are drawn in the contraction regime (``|
 (0, 1], exp(g) <= 1), so ``mag`` stays within a small factor of ``|S|`` and a wrong slot, head,
 layout or step (values of unit size) is far outside the bound.
 
-The engines differ (vLLM and SGLang as of 2026): vLLM reads column ``nacc - 1`` unclamped and skips
-``idx <= 0`` whatever the pad (under pad -1 it never updates slot 0); SGLang's update kernel starts a
+The engines differ (vLLM and SGLang as of 2026): vLLM reads column ``nacc - 1`` unclamped, and its
+``fused_recurrent`` kernel checks no pad (``fused_sigmoid_gating`` skips only ``idx < 0``); SGLang's update kernel starts a
 pad row (``idx < 0``) from zeros, writes its output and its per-step states, and checks no step
 against ``cache_steps``; SGLang's KDA gate is ``[T, H, K]`` (by key head), vLLM's ``[T, HV, K]``.
 This oracle follows docs/contracts.md#delta_update.

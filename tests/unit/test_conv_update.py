@@ -1,5 +1,7 @@
 """conv_update (docs/contracts.md#conv_update): the oracle on hand-worked steps, its ill-posed cases, and the
 contract's memory."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -155,3 +157,21 @@ def test_a_huge_draw_puts_its_slot_past_2_31_where_the_step_reads_or_stores():
 
     check()
     assert seen and all(seen), seen
+
+
+def test_shrinking_cuts_index_columns_no_row_uses_and_renumbers_slots_low():
+    """Prefix caching reads column init and stores column last: columns 0 and 2 of four are unused. Slots
+    5 and 9 (of 10) renumber to 0 and 1 packed, to 1 and 3 with at most one unnamed slot below each, and
+    to 2 and 4 with each gap halved (5 unnamed below slot 5 -> 2, the 3 between 5 and 9 -> 1)."""
+    from mambafuzz.search.reduce import candidates
+
+    case = ConvUpdateCase(arena_size=10 * 8 + 64, dtype="float32", layout="dim", offset=0, slots=10, dim=1,
+                          state_len=2, slot_stride=8, width=2, lens=(1,), idx=((3, 5, 4, 9),), idx_2d=True,
+                          idx_stride=5, init=(1,), last=(3,), bias=False, silu=False)
+    cuts = [(c.idx, c.init, c.last, c.idx_stride, c.slots) for c in candidates(case)]
+    assert (((5, 9),), (0,), (1,), 3, 10) in cuts                      # both unused columns at once
+    assert (((5, 4, 9),), (0,), (2,), 4, 10) in cuts                   # column 0 alone
+    assert (((3, 5, 9),), (1,), (2,), 4, 10) in cuts                   # column 2 alone
+    renumbered = [c.idx for c in candidates(dataclasses.replace(case, idx=((5, 5, 5, 9),)))
+                  if c.init == (1,) and c.idx_stride == 5]
+    assert renumbered[-3:] == [((0, 0, 0, 1),), ((1, 1, 1, 3),), ((2, 2, 2, 4),)]

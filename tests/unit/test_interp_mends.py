@@ -328,3 +328,33 @@ def test_an_int_address_below_4_gib_casts_to_the_same_pointer(addr):
     with adapters():
         address_round_trip[(1,)](addr, out)
     assert int(out[0]) == addr
+
+# --------------------------------------------------------------------------
+# launchers that select the tensors' GPU (SGLang's selective_state_update)
+# --------------------------------------------------------------------------
+def selecting_slot_copy(meta, src_idx, dst_idx, *, arena):
+    """An engine-style launcher: selects its tensors' GPU around the launch (index None on a CPU tensor)."""
+    from mambafuzz.kernels import slots
+
+    with torch.cuda.device(arena.device.index):
+        slots.slot_copy(meta, src_idx, dst_idx, arena=arena)
+
+
+def test_a_launcher_selecting_its_tensors_cuda_device_runs_on_the_cpu():
+    x, out = torch.arange(8, dtype=torch.float32), torch.zeros(8)
+    init = torch.cuda.device.__init__
+    with adapters():
+        for device in (x.device.index, x.device, "cpu"):
+            with torch.cuda.device(device):
+                tuned_scale[lambda meta: (triton.cdiv(8, meta["BLOCK"]),)](x, out, 8)
+            assert out.tolist() == (2 * x).tolist()
+    assert torch.cuda.device.__init__ is init   # outside, torch as it was
+    if not torch.cuda.is_available():
+        with pytest.raises((TypeError, RuntimeError, ValueError)):
+            with torch.cuda.device(x.device.index):
+                pass
+    from mambafuzz import api
+
+    report = api.check(selecting_slot_copy, "slot_copy", device="cpu", max_examples=3, seed=1,
+                       crashes_dir=None, database=None)
+    assert report.status == "clean", report

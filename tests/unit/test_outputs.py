@@ -1,4 +1,6 @@
 """In-place outputs (``contracts.Output``): exact, within a tolerance, and masked, judged by hand-worked values."""
+import warnings
+
 import numpy as np
 
 from mambafuzz.contracts import Output
@@ -26,6 +28,18 @@ def test_elements_outside_care_are_never_compared():
     assert not out.exact  # a masked output cannot ride along as the GPU judge's byte-compared buffer
     assert differing(out, np.array([[0.0, 7.0], [9.0, 0.0]], dtype=np.float32)).tolist() == []
     assert differing(out, np.array([[1.0, 7.0], [9.0, 0.0]], dtype=np.float32)).tolist() == [0]
+
+
+def test_garbage_floats_are_judged_without_numpy_warnings():
+    """An engine's torch.empty output: signalling NaNs and infinities where rows are skipped (and in a wrong one)."""
+    snan = np.array([0x7FA00000], dtype=np.uint32).view(np.float32)[0]
+    want = np.array([1.0, 2.0, 3.0, 4.0])
+    care = np.array([True, False, False, True])
+    got = np.array([1.0, snan, np.inf, snan], dtype=np.float32)       # 1, 2 don't care; 3 is wrong
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert differing(Output("out", want, atol=np.full(4, 1e-6), care=care), got).tolist() == [3]
+        assert differing(Output("out", want, care=care), got).tolist() == [3]
 
 
 def test_old_crash_files_accepted_counts_load_as_outputs():
