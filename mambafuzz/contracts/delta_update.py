@@ -49,6 +49,10 @@ STEP_BUFFER = CliOption("step_buffer", PRESENCE, DRAWN,
                         "the per-step buffer (intermediate_states_buffer given): drawn per case, always, or "
                         "never (vLLM's kernel has none)")
 
+PAD_ROWS = CliOption("pad_rows", ("drawn", "never"), "drawn",
+                     "sequences whose read slot or a store column is the pad value: drawn, or never (vLLM's "
+                     "fused_recurrent_gated_delta_rule checks no pad: it would read and store slot -1)")
+
 
 class DeltaUpdate(Contract):
     name = "delta_update"
@@ -80,7 +84,7 @@ class DeltaUpdate(Contract):
         Argument("cache_steps", "int", "", "the buffer's steps per row (0: no buffer)"),
         Argument("max_query_len", "int", "", "the longest sequence's token count"),
     )
-    cli_options = UPDATE_CLI_OPTIONS + (STATE_LAYOUT, GATE, STEP_BUFFER)
+    cli_options = UPDATE_CLI_OPTIONS + (STATE_LAYOUT, GATE, STEP_BUFFER, PAD_ROWS)
     buckets = {
         "rows": COUNTS, "spec": NO_YES, "nacc": ("none", "0", "1", ">1"), "pads": ("none", "read", "write"),
         "state_layout": ("vk", "kv"), "dims": ("K=V", "K!=V"), "dtype": ("float32", "float16", "bfloat16"),
@@ -103,7 +107,8 @@ class DeltaUpdate(Contract):
                 "kda": None if gate == "both" else gate == "kda",
                 "spec": presence(self.name, SPEC.name, o["spec"]),
                 "buffer": presence(self.name, STEP_BUFFER.name, o["step_buffer"]),
-                "one_token": one_of(self.name, NONSPEC_TOKENS, o["nonspec_tokens"]) == "1"}
+                "one_token": one_of(self.name, NONSPEC_TOKENS, o["nonspec_tokens"]) == "1",
+                "pad_rows": one_of(self.name, PAD_ROWS, o["pad_rows"]) == "drawn"}
 
     def admits(self, case: DeltaUpdateCase, options) -> bool:
         n = self._narrowing(options)
@@ -111,7 +116,8 @@ class DeltaUpdate(Contract):
         return (case.pad == n["pad"] and (not spec or min(case.nacc, default=1) >= n["min_accepted"])
                 and case.layout in n["layouts"] and allowed(case.kda, n["kda"]) and allowed(spec, n["spec"])
                 and allowed(case.inter_rows > 0, n["buffer"])
-                and not (n["one_token"] and not spec and max(case.lens, default=0) > 1))
+                and not (n["one_token"] and not spec and max(case.lens, default=0) > 1)
+                and (n["pad_rows"] or all(v != case.pad for row in case.idx for v in row)))
 
     # ------------------------------------------------------------ memory
     def image(self, case: DeltaUpdateCase) -> Image:
@@ -289,6 +295,8 @@ class DeltaUpdate(Contract):
         out["buffer"] = ("none",) + steps if n["buffer"] is None else steps if n["buffer"] else ("none",)
         if n["spec"] is False:  # a pad destination is a spec column's
             out["pads"] = ("none", "read")
+        if not n["pad_rows"]:
+            out["pads"] = ("none",)
         return out
 
 

@@ -31,9 +31,10 @@ def _limits(profile: Profile) -> dict:
 @st.composite
 def delta_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False,
                        layouts: tuple = LAYOUTS, kda: bool | None = None, spec: bool | None = None,
-                       buffer: bool | None = None, one_token: bool = False):
+                       buffer: bool | None = None, one_token: bool = False, pad_rows: bool = True):
     """`layouts`: the pool layouts the kernel takes; `kda` (a per-K gate), `spec`, `buffer` (the per-step
-    buffer): None drawn, True always, False never; `one_token`: at most one token a sequence without spec."""
+    buffer): None drawn, True always, False never; `one_token`: at most one token a sequence without spec;
+    `pad_rows`: whether a read slot or a store column may be the pad value."""
     lim = _limits(profile)
     key_dim = draw(st.sampled_from(lim["dims"]))
     value_dim = key_dim if draw(st.integers(0, 3)) == 0 else draw(st.sampled_from(lim["dims"]))
@@ -53,7 +54,7 @@ def delta_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int 
         row = [next(fresh) for _ in range(cols)]
         accepted = draw(st.integers(min_accepted, cols)) if spec else 0
         read_col = max(accepted - 1, 0)
-        kind = draw(st.sampled_from(("live", "live", "pad", "pad_dst")))
+        kind = draw(st.sampled_from(("live", "live", "pad", "pad_dst"))) if pad_rows else "live"
         if kind == "pad":
             row[read_col] = pad
         elif kind == "pad_dst" and spec:

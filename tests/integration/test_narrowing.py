@@ -118,6 +118,7 @@ NARROWINGS = [  # (contract, options, what every drawn case must show)
     ("ssm_update", {"dst_indices": "always", "varlen": "never"}, lambda c: c.dst is not None and not c.varlen),
     ("delta_update", {"state_layout": "kv", "gate": "kda"}, lambda c: c.layout == "kv" and c.kda),
     ("delta_update", {"step_buffer": "always", "spec": "never"}, lambda c: c.inter_rows > 0 and c.nacc is None),
+    ("delta_update", {"pad_rows": "never"}, lambda c: all(v != c.pad for r in c.idx for v in r)),
 ]
 
 
