@@ -33,7 +33,7 @@ Per state kind:
 
 Block ids are converted to int64 before they are multiplied by the block
 stride; all address arithmetic is int64.  The zoo flags (constexpr, compiled
-out when off) each inject exactly one bug; see ``kernels.zoo``.  The
+out when off) each inject exactly one bug; see ``kernels.copy_family``.  The
 perturbation constexprs (``DELAY_POS``, ``DELAY_NS``, ``SCHEDULE``, runtime
 ``seed``; see ``kernels.perturb``) reach every load/store piece, the DS loop's
 included; compiled out when off.
