@@ -2,10 +2,12 @@
 listed together, and their zoo rows.
 
 Each member is a kernel module that declares its contract as every contract's kernel module does
-(``CONTRACT``, ``DESCRIPTION``, ``contract_fn``, ``torch_fn``; ``kernels/registry.py``); a family only says
-that its members are listed together (``FAMILY``, in order: every member's Triton target, then every torch
-path, then the family's ``ZOO``), since its rows were catalogued across the members, pointer bugs next to
-each other.  Their targets are amplifiable (``AMPLIFIABLE``: they take ``perturb=``).
+(``CONTRACT``, ``DESCRIPTION``, ``contract_fn``, ``torch_fn``; ``kernels/registry.py``), and declares
+``AMPLIFIABLE`` (its functions take ``perturb=``).  The family adds only the order ``mambafuzz list`` and
+``mambafuzz zoo`` have always shown them in (``FAMILY``: every member's Triton target, then every torch
+path, then these rows), and the rows themselves, in the order they were added to the zoo (interleaving
+the members, not grouped by contract).  A new copy contract need not join: a kernel module of its own
+is listed after the families like any other.
 """
 from . import batch_memcpy, postprocess, slot_copy, slot_fork, state_copy
 from .zoo import ZooEntry
