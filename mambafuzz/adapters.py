@@ -18,28 +18,20 @@ import sys
 import torch
 
 from mambafuzz import contracts
-from mambafuzz.contracts.pools import META_COLUMNS
-from mambafuzz.contracts.slots import SLOT_META_COLUMNS
+# the block-table and slot contracts' helpers live with them; these names are their documented home
+from mambafuzz.contracts.pools import (KIND_DS, KIND_SD, KIND_TEMPORAL, META_COLUMNS, STATE_COLUMN_TYPES,
+                                       block_table_ptrs, block_table_row_stride, state_block_table_ptrs,
+                                       state_columns)
+from mambafuzz.contracts.slots import slot_buffers
 
-_COL = {name: i for i, name in enumerate(META_COLUMNS)}
 META_COLS = len(META_COLUMNS)
 
 __all__ = ["STATE_COLUMNS", "KIND_TEMPORAL", "KIND_SD", "KIND_DS", "add_region", "arguments_table", "block_table_ptrs",
            "block_table_row_stride", "bytes_at", "slot_buffers", "state_block_table_ptrs", "state_columns",
            "typed_view"]
 
-# name -> (meta column, dtype): addresses and byte strides stay int64; counts and sizes fit int32
-STATE_COLUMNS = {
-    "base": (_COL["BASE"], torch.int64),
-    "block_stride": (_COL["BLOCK_STRIDE"], torch.int64),
-    "elem_size": (_COL["ELEM"], torch.int32),
-    "inner": (_COL["INNER"], torch.int32),
-    "conv_len": (_COL["CONV_LEN"], torch.int32),
-    "group": (_COL["GROUP"], torch.int32),
-    "ds_rows": (_COL["DS_ROWS"], torch.int32),
-    "ds_row_stride": (_COL["DS_ROW_STRIDE"], torch.int64),
-}
-KIND_TEMPORAL, KIND_SD, KIND_DS = 0, 1, 2  # state_columns(meta)["kind"]
+# name -> (meta column, dtype) of state_columns (contracts.pools.STATE_COLUMN_TYPES as torch dtypes)
+STATE_COLUMNS = {name: (col, getattr(torch, dtype)) for name, (col, dtype) in STATE_COLUMN_TYPES.items()}
 
 
 def add_region(name: str, tensor_or_start, nbytes: int | None = None) -> None:
@@ -93,68 +85,6 @@ def typed_view(arena: torch.Tensor, ptr, shape, dtype: torch.dtype, strides=None
     extent = 0 if 0 in shape else sum((n - 1) * s for n, s in zip(shape, strides)) + item
     region = bytes_at(arena, ptr, extent).view(dtype)
     return region.as_strided(shape, tuple(s // item for s in strides))
-
-
-def state_columns(meta: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The meta table as named per-state arrays ``[S]`` in the dtypes kernels take (STATE_COLUMNS).
-
-    Also ``kind`` (int32): KIND_TEMPORAL, KIND_SD or KIND_DS.  For a conv state
-    ``inner`` is its dim and ``conv_len`` its state_len; for a temporal state
-    ``inner`` is prod(inner) elements.
-    """
-    if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != META_COLS:
-        raise TypeError(f"state_columns: meta must be int64 [S, {META_COLS}], got {meta.dtype} {tuple(meta.shape)}")
-    out = {}
-    for name, (col, dtype) in STATE_COLUMNS.items():
-        column = meta[:, col]
-        if dtype == torch.int32 and column.numel() and int(column.abs().max()) > 2**31 - 1:
-            raise ValueError(f"state_columns: {name} does not fit int32")
-        out[name] = column.to(dtype).contiguous()
-    conv = out["conv_len"] > 0
-    out["kind"] = torch.where(conv, torch.where(out["ds_rows"] > 0, KIND_DS, KIND_SD), KIND_TEMPORAL).to(torch.int32)
-    return out
-
-
-def _check_tables(block_tables: torch.Tensor) -> None:
-    if block_tables.dim() != 3:
-        raise TypeError(f"block_tables must be [G, R, C], got shape {tuple(block_tables.shape)}")
-
-
-def block_table_ptrs(block_tables: torch.Tensor) -> torch.Tensor:
-    """int64 ``[G]``: the address of each group's ``[R, C]`` block table (int32 entries)."""
-    _check_tables(block_tables)
-    step = block_tables.stride(0) * block_tables.element_size()
-    return torch.tensor([block_tables.data_ptr() + g * step for g in range(block_tables.shape[0])],
-                        dtype=torch.int64, device=block_tables.device)
-
-
-def block_table_row_stride(block_tables: torch.Tensor) -> int:
-    """Entries between request rows of one group's table (what engines pass as ``stride(0)``)."""
-    _check_tables(block_tables)
-    return int(block_tables.stride(1))
-
-
-def state_block_table_ptrs(meta: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
-    """int64 ``[S]``: the block-table address of each state's group (engines with one table per layer)."""
-    return block_table_ptrs(block_tables)[meta[:, _COL["GROUP"]].to(block_tables.device)]
-
-
-_INT_DTYPES = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def slot_buffers(meta: torch.Tensor, arena: torch.Tensor) -> list[torch.Tensor]:
-    """The slot contracts' buffers as tensors ``[layers, slots, slot_bytes / elem]`` viewing the arena
-    (an integer dtype of the element size; padded strides kept), what index-based engines hold."""
-    col = {name: i for i, name in enumerate(SLOT_META_COLUMNS)}
-    if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != len(SLOT_META_COLUMNS):
-        raise TypeError(f"slot_buffers: meta must be int64 [B, {len(SLOT_META_COLUMNS)}], got {tuple(meta.shape)}")
-    views = []
-    for row in meta.tolist():
-        elem = row[col["ELEM"]]
-        views.append(typed_view(arena, row[col["BASE"]], (row[col["LAYERS"]], row[col["SLOTS"]],
-                                                          row[col["SLOT_BYTES"]] // elem),
-                                _INT_DTYPES[elem], strides=(row[col["LAYER_STRIDE"]], row[col["SLOT_STRIDE"]], elem)))
-    return views
 
 
 # ---------------------------------------------------------------- the README's table

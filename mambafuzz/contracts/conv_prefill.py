@@ -26,15 +26,15 @@ import numpy as np
 
 from mambafuzz import oracle
 from mambafuzz.contracts.cases.conv_prefill import ConvPrefillCase
-from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+from mambafuzz.contracts.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle.conv_prefill import (boundary_offsets, conv_prefill_tolerance, derived_columns,
                                            expect_conv_prefill, plan_conv_prefill)
 
-from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import RAW, UPDATE_CLI_OPTIONS, finite_values, from_float64, pad_option, rows_dropped, to_float64, \
-    unchanged_inputs
+from .updates import (UPDATE_CLI_OPTIONS, ConvPoolContract, check_slot_pool, pad_option, rows_dropped, to_float64,
+                      unchanged_inputs)
 
 # the inputs a prefill must leave exactly as they were
 UNCHANGED = ("x", "weight", "bias", "cache_indices", "has_initial_state", "query_start_loc", "initial_state_idx",
@@ -70,7 +70,7 @@ def option_word(name: str, value, choices) -> str:
     return str(value)
 
 
-class ConvPrefill(Contract):
+class ConvPrefill(ConvPoolContract):
     name = "conv_prefill"
     case_type = ConvPrefillCase
     summary = ("causal conv1d prefill: read idx[b, init] (or zeros), convolve the chunk, store the window at "
@@ -121,15 +121,8 @@ class ConvPrefill(Contract):
                                   cache_mode=option_word("cache_mode", cache_mode, CLI_OPTIONS[4].choices))
 
     # ------------------------------------------------------------ memory
-    def _used(self, case: ConvPrefillCase) -> np.ndarray:
-        """The slots the image holds: every slot the table names, and slot 0."""
-        named = {v for row in case.idx for v in row if 0 <= v < case.slots}
-        return np.array(sorted(named | {0}), dtype=np.int64)
-
     def image(self, case: ConvPrefillCase) -> Image:
-        if case.offset % case.elem or case.slot_stride % case.elem or case.slot_stride < case.slot_bytes:
-            raise oracle.OracleError("the pool's offset and slot stride must be multiples of the element size, "
-                                     "the stride at least a slot's bytes")
+        check_slot_pool(case)
         rows = len(case.lens)
         if len(case.idx) != rows or len(case.has_init) != rows or case.idx_stride < case.cols:
             raise oracle.OracleError("idx and has_init need one row per row of lens, and the table a row stride "
@@ -146,53 +139,7 @@ class ConvPrefill(Contract):
             raise oracle.OracleError("index values and computed counts are int32")
         if not 2 <= case.width <= 6 or (case.cols > 1 and not case.idx_2d):
             raise oracle.OracleError("the width is 2..6; several table columns need idx_2d")
-        end = case.offset + case.slots * case.slot_stride
-        if end > case.arena_size:
-            raise oracle.OracleError(f"the pool ends at byte {end}, past the arena's {case.arena_size}")
-        used = self._used(case)
-        if case.arena_size <= DENSE_LIMIT:
-            return Image(None, (used, case.offset + used * case.slot_stride))
-        window = min(case.slot_stride, case.slot_bytes + GUARD, case.arena_size - case.offset
-                     - (case.slots - 1) * case.slot_stride)
-        window -= window % case.elem
-        starts = case.offset + used * case.slot_stride
-        positions = (starts[:, None] + np.arange(window)[None, :]).reshape(-1)
-        return Image(positions, (used, np.arange(len(used), dtype=np.int64) * window))
-
-    def fill(self, case: ConvPrefillCase, image: Image, snapshot: np.ndarray) -> None:
-        used, starts = image.plan
-        rng = np.random.default_rng((case.seed, 7))
-        n = case.slot_bytes // case.elem
-        for start in starts:  # every held slot: distinct values, none zero (a stale block is never zeros)
-            snapshot[start:start + case.slot_bytes] = finite_values(rng, n, case.dtype).view(np.uint8)
-
-    def _pool(self, case: ConvPrefillCase, snapshot: np.ndarray, starts) -> np.ndarray:
-        """The held slots' states as float64 [U, dim, SL]."""
-        raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
-        if case.layout == "dim":
-            values = raw.reshape(len(starts), case.state_len, case.dim).transpose(0, 2, 1)
-        else:
-            values = raw.reshape(len(starts), case.dim, case.state_len)
-        return to_float64(values, case.dtype)
-
-    def _store(self, case: ConvPrefillCase, expected: np.ndarray, start: int, state: np.ndarray) -> None:
-        raw = from_float64(state.T if case.layout == "dim" else state, case.dtype)
-        expected[start:start + case.slot_bytes] = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
-
-    def _inputs(self, case: ConvPrefillCase):
-        """x ([T, dim]), weight, bias as stored elements, from the seed."""
-        rng = np.random.default_rng((case.seed, 11))
-        total = sum(case.lens)
-        x = finite_values(rng, total * case.dim, case.dtype).reshape(total, case.dim)
-        weight = finite_values(rng, case.dim * case.width, case.dtype).reshape(case.dim, case.width)
-        bias = finite_values(rng, case.dim, case.dtype) if case.bias else None
-        return x, weight, bias
-
-    def _remapped(self, case: ConvPrefillCase, used: np.ndarray):
-        """Table rows with every held slot renumbered to its place in `used` (others kept: the oracle
-        names them); the pad value is unchanged (slot 0 is always held at place 0)."""
-        where = {int(s): k for k, s in enumerate(used)}
-        return [[where.get(v, v) if v != case.pad else v for v in row] for row in case.idx]
+        return self.slot_image(case)
 
     def _columns(self, case: ConvPrefillCase) -> dict:
         return {name: getattr(case, name) for name in APC_COLUMNS} | {"block_size": case.block_size}
@@ -209,7 +156,7 @@ class ConvPrefill(Contract):
         try:
             got = expect_conv_prefill(pool, x_rows, to_float64(w_raw, case.dtype),
                                       None if b_raw is None else to_float64(b_raw, case.dtype),
-                                      self._remapped(case, used), case.has_init, silu=case.silu, pad=case.pad,
+                                      self._remapped(case, used, case.idx), case.has_init, silu=case.silu, pad=case.pad,
                                       **self._columns(case))
         except oracle.OracleError as exc:  # name slots as the case does, not as the compact pool
             raise oracle.OracleError(str(exc) + f" (slots as held: {list(map(int, used))})") from None
@@ -263,26 +210,10 @@ class ConvPrefill(Contract):
             care[cuts[b]:cuts[b + 1]] = True
         return Output("out", want, atol=bound, what="flat element {i} of out [T, dim]", care=care)
 
-    def locate(self, case: ConvPrefillCase, offset: int) -> str:
-        slot, within = divmod(offset - case.offset, case.slot_stride)
-        if not 0 <= slot < case.slots or offset < case.offset:
-            return "outside the pool"
-        if within >= case.slot_bytes:
-            return f"slot {slot} padding byte {within - case.slot_bytes}"
-        elem = within // case.elem
-        first, second = divmod(elem, case.dim if case.layout == "dim" else case.state_len)
-        dim, col = (second, first) if case.layout == "dim" else (first, second)
-        return f"slot {slot} channel {dim} column {col}"
-
     # ------------------------------------------------------------ shrinking
-    def valid(self, case: ConvPrefillCase) -> bool:
-        try:
-            self.image(case)
-            plan_conv_prefill(case.slots, case.state_len, case.width, case.lens, case.idx, case.has_init,
-                              pad=case.pad, **self._columns(case))
-        except oracle.OracleError:
-            return False
-        return True
+    def plan(self, case: ConvPrefillCase):
+        return plan_conv_prefill(case.slots, case.state_len, case.width, case.lens, case.idx, case.has_init,
+                                 pad=case.pad, **self._columns(case))
 
     def candidates(self, case: ConvPrefillCase) -> Iterator[ConvPrefillCase]:
         """Rows dropped; fewer tokens (the last column following); prefix caching off; zeros for initial
@@ -342,26 +273,6 @@ class ConvPrefill(Contract):
             yield dataclasses.replace(case, idx=tuple(row[1:] for row in case.idx), idx_stride=case.idx_stride - 1,
                                       init=down(case.init), first=down(case.first), last=down(case.last),
                                       computed=tuple(c - case.block_size for c in case.computed))
-
-    def _resized(self, case: ConvPrefillCase, padded: bool = True, **changes) -> ConvPrefillCase:
-        """`case` with `changes`, its slot stride and arena following (padding kept unless `padded` False)."""
-        out = dataclasses.replace(case, **changes)
-        pad_elems = (case.slot_stride - case.slot_bytes) // case.elem if padded else 0
-        offset = (case.offset // case.elem) * out.elem if padded else 0
-        stride = out.slot_bytes + pad_elems * out.elem
-        return dataclasses.replace(out, slot_stride=stride, offset=offset,
-                                   arena_size=offset + out.slots * stride + 64)
-
-    def _renumbered(self, case: ConvPrefillCase) -> Iterator[ConvPrefillCase]:
-        """The named slots renumbered 0.. (1.. under pad 0) in order, the pool cut to them."""
-        named = sorted({v for row in case.idx for v in row if v != case.pad and 0 <= v < case.slots})
-        first = 1 if case.pad == 0 else 0
-        where = {s: first + k for k, s in enumerate(named)}
-        slots = first + len(named)
-        if slots < case.slots:
-            idx = tuple(tuple(where.get(v, v) for v in row) for row in case.idx)
-            yield dataclasses.replace(case, idx=idx, slots=max(slots, 1),
-                                      arena_size=case.offset + max(slots, 1) * case.slot_stride + 64)
 
     # ------------------------------------------------------------ coverage
     def features(self, case: ConvPrefillCase) -> dict[str, str]:

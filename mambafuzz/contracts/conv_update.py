@@ -26,13 +26,13 @@ import numpy as np
 from mambafuzz import oracle
 from mambafuzz.contracts.cases.conv_update import LAYOUTS, ConvUpdateCase
 from mambafuzz.errors import UsageError
-from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+from mambafuzz.contracts.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, plan_conv_update
 
-from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, RAW, SPEC, UPDATE_CLI_OPTIONS, VARLEN, allowed,
-                      finite_values, from_float64, min_accepted_option, nacc_buckets, one_of, pad_option,
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, VARLEN, ConvPoolContract, allowed,
+                      check_int32_indices, check_slot_pool, min_accepted_option, nacc_buckets, one_of, pad_option,
                       presence, presence_buckets, rows_dropped, to_float64, unchanged_inputs)
 
 
@@ -53,7 +53,7 @@ PREFIX_CACHING = CliOption("prefix_caching", PRESENCE, DRAWN,
                            "or never (SGLang's conv update)")
 
 
-class ConvUpdate(Contract):
+class ConvUpdate(ConvPoolContract):
     name = "conv_update"
     case_type = ConvUpdateCase
     summary = "causal conv1d decode step: read idx[b, init], convolve, store the new window to idx[b, last]"
@@ -113,15 +113,8 @@ class ConvUpdate(Contract):
                 and not (n["one_token"] and not spec and max(case.lens, default=0) > 1))
 
     # ------------------------------------------------------------ memory
-    def _used(self, case: ConvUpdateCase) -> np.ndarray:
-        """The slots the image holds: every slot an index names, and slot 0."""
-        named = {v for row in case.idx for v in row if 0 <= v < case.slots}
-        return np.array(sorted(named | {0}), dtype=np.int64)
-
     def image(self, case: ConvUpdateCase) -> Image:
-        if case.offset % case.elem or case.slot_stride % case.elem or case.slot_stride < case.slot_bytes:
-            raise oracle.OracleError("the pool's offset and slot stride must be multiples of the element size, "
-                                     "the stride at least a slot's bytes")
+        check_slot_pool(case)
         rows = len(case.lens)
         for name in ("nacc", "init", "last"):
             if getattr(case, name) is not None and len(getattr(case, name)) != rows:
@@ -131,57 +124,10 @@ class ConvUpdate(Contract):
                                      "and init and last go together")
         if not case.varlen and len(set(case.lens)) > 1:
             raise oracle.OracleError("rows of a batch (not varlen) have one token count")
-        if any(not -(1 << 31) <= v < (1 << 31) for row in case.idx for v in row):
-            raise oracle.OracleError("index values are int32")
+        check_int32_indices((case.idx,))
         if not 2 <= case.width <= 6 or (case.cols > 1 and not case.idx_2d):
             raise oracle.OracleError("the width is 2..6; several index columns need idx_2d")
-        end = case.offset + case.slots * case.slot_stride
-        if end > case.arena_size:
-            raise oracle.OracleError(f"the pool ends at byte {end}, past the arena's {case.arena_size}")
-        used = self._used(case)
-        if case.arena_size <= DENSE_LIMIT:
-            return Image(None, (used, case.offset + used * case.slot_stride))
-        window = min(case.slot_stride, case.slot_bytes + GUARD, case.arena_size - case.offset
-                     - (case.slots - 1) * case.slot_stride)
-        window -= window % case.elem
-        starts = case.offset + used * case.slot_stride
-        positions = (starts[:, None] + np.arange(window)[None, :]).reshape(-1)
-        return Image(positions, (used, np.arange(len(used), dtype=np.int64) * window))
-
-    def fill(self, case: ConvUpdateCase, image: Image, snapshot: np.ndarray) -> None:
-        used, starts = image.plan
-        rng = np.random.default_rng((case.seed, 7))
-        n = case.slot_bytes // case.elem
-        for start in starts:
-            snapshot[start:start + case.slot_bytes] = finite_values(rng, n, case.dtype).view(np.uint8)
-
-    def _pool(self, case: ConvUpdateCase, snapshot: np.ndarray, starts) -> np.ndarray:
-        """The held slots' states as float64 [U, dim, SL]."""
-        raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
-        if case.layout == "dim":
-            values = raw.reshape(len(starts), case.state_len, case.dim).transpose(0, 2, 1)
-        else:
-            values = raw.reshape(len(starts), case.dim, case.state_len)
-        return to_float64(values, case.dtype)
-
-    def _store(self, case: ConvUpdateCase, expected: np.ndarray, start: int, state: np.ndarray) -> None:
-        raw = from_float64(state.T if case.layout == "dim" else state, case.dtype)
-        expected[start:start + case.slot_bytes] = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
-
-    def _inputs(self, case: ConvUpdateCase):
-        """x rows ([dim, L_b] each), weight, bias as stored elements, from the seed."""
-        rng = np.random.default_rng((case.seed, 11))
-        total = sum(case.lens)
-        x = finite_values(rng, total * case.dim, case.dtype).reshape(total, case.dim)
-        weight = finite_values(rng, case.dim * case.width, case.dtype).reshape(case.dim, case.width)
-        bias = finite_values(rng, case.dim, case.dtype) if case.bias else None
-        return x, weight, bias
-
-    def _remapped(self, case: ConvUpdateCase, used: np.ndarray):
-        """Index rows with every held slot renumbered to its place in `used` (others kept: the oracle
-        names them); the pad value is unchanged (slot 0 is always held at place 0)."""
-        where = {int(s): k for k, s in enumerate(used)}
-        return [[where.get(v, v) if v != case.pad else v for v in row] for row in case.idx]
+        return self.slot_image(case)
 
     def prepare(self, case: ConvUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
         import torch
@@ -192,7 +138,7 @@ class ConvUpdate(Contract):
         x64 = to_float64(x_raw, case.dtype)
         cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
         x_rows = [x64[cuts[b]:cuts[b + 1]].T for b in range(len(case.lens))]
-        remapped = self._remapped(case, used)
+        remapped = self._remapped(case, used, case.idx)
         try:
             got = expect_conv_update(pool, x_rows, to_float64(w_raw, case.dtype),
                                      None if b_raw is None else to_float64(b_raw, case.dtype), remapped,
@@ -260,26 +206,10 @@ class ConvUpdate(Contract):
     def _out_where(case: ConvUpdateCase) -> str:
         return "flat element {i} of out" + (" [T, dim]" if case.varlen else " [B, dim, L]")
 
-    def locate(self, case: ConvUpdateCase, offset: int) -> str:
-        slot, within = divmod(offset - case.offset, case.slot_stride)
-        if not 0 <= slot < case.slots or offset < case.offset:
-            return "outside the pool"
-        if within >= case.slot_bytes:
-            return f"slot {slot} padding byte {within - case.slot_bytes}"
-        elem = within // case.elem
-        first, second = divmod(elem, case.dim if case.layout == "dim" else case.state_len)
-        dim, col = (second, first) if case.layout == "dim" else (first, second)
-        return f"slot {slot} channel {dim} column {col}"
-
     # ------------------------------------------------------------ shrinking
-    def valid(self, case: ConvUpdateCase) -> bool:
-        try:
-            self.image(case)
-            plan_conv_update(case.slots, case.state_len, case.width, case.lens, case.idx, nacc=case.nacc,
-                             init=case.init, last=case.last, pad=case.pad)
-        except oracle.OracleError:
-            return False
-        return True
+    def plan(self, case: ConvUpdateCase):
+        return plan_conv_update(case.slots, case.state_len, case.width, case.lens, case.idx, nacc=case.nacc,
+                                init=case.init, last=case.last, pad=case.pad)
 
     def candidates(self, case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
         """Rows dropped; index columns no row uses dropped; fewer tokens; a narrower pool and conv; extras
@@ -312,15 +242,6 @@ class ConvUpdate(Contract):
             yield self._resized(case, padded=False)
         yield from self._renumbered(case)
 
-    def _resized(self, case: ConvUpdateCase, padded: bool = True, **changes) -> ConvUpdateCase:
-        """`case` with `changes`, its slot stride and arena following (padding kept unless `padded` False)."""
-        out = dataclasses.replace(case, **changes)
-        pad_elems = (case.slot_stride - case.slot_bytes) // case.elem if padded else 0
-        offset = (case.offset // case.elem) * out.elem if padded else 0
-        stride = out.slot_bytes + pad_elems * out.elem
-        return dataclasses.replace(out, slot_stride=stride, offset=offset,
-                                   arena_size=offset + out.slots * stride + 64)
-
     @staticmethod
     def _columns_dropped(case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
         """The index columns no row reads or stores through (column 0 without prefix caching, else the
@@ -334,23 +255,6 @@ class ConvUpdate(Contract):
             idx = tuple(tuple(row[c] for c in keep) for row in case.idx)
             init, last = (None if v is None else tuple(where[c] for c in v) for v in (case.init, case.last))
             yield dataclasses.replace(case, idx=idx, init=init, last=last, idx_stride=case.idx_stride - len(cut))
-
-    def _renumbered(self, case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
-        """The named slots renumbered low in order, the pool cut to them: packed from 0 (1 under pad 0),
-        then with at most one unnamed slot below each (a kernel that reads a slot's neighbour still
-        finds one), then with every gap halved (a failure that needs a high slot number)."""
-        named = sorted({v for row in case.idx for v in row if v != case.pad and 0 <= v < case.slots})
-        first = 1 if case.pad == 0 else 0
-        for shrink in (lambda gap: 0, lambda gap: min(gap, 1), lambda gap: gap // 2):
-            where, old, new = {}, first - 1, first - 1
-            for s in named:  # `gap` unnamed slots between s and the named slot below it (or the first slot)
-                new += 1 + shrink(s - old - 1)
-                where[s], old = new, s
-            slots = max(new + 1, 1)
-            idx = tuple(tuple(where.get(v, v) for v in row) for row in case.idx)
-            if slots < case.slots or idx != case.idx:
-                yield dataclasses.replace(case, idx=idx, slots=slots, arena_size=min(
-                    case.arena_size, case.offset + slots * case.slot_stride + 64))
 
     # ------------------------------------------------------------ coverage
     def features(self, case: ConvUpdateCase) -> dict[str, str]:

@@ -24,12 +24,12 @@ from mambafuzz.contracts.cases.delta_update import LAYOUTS, DeltaUpdateCase
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
-from .base import Argument, CliOption, Contract, Image, Output, Prepared
+from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, allowed, nacc_buckets, one_of,
-                      presence, presence_buckets, as_stored, as_tensors, from_float64, min_accepted_option,
-                      oracle_input, pad_option, rows_dropped, slot_values, stored_tensor, to_float64,
-                      unchanged_inputs)
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, UpdateContract, allowed, as_stored,
+                      as_tensors, check_int32_indices, from_float64, min_accepted_option, nacc_buckets, one_of,
+                      oracle_input, pad_option, presence, presence_buckets, rows_dropped, slot_values, stored_tensor,
+                      to_float64, unchanged_inputs)
 
 
 
@@ -54,7 +54,7 @@ PAD_ROWS = CliOption("pad_rows", ("drawn", "never"), "drawn",
                      "fused_recurrent_gated_delta_rule checks no pad: it would read and store slot -1)")
 
 
-class DeltaUpdate(Contract):
+class DeltaUpdate(UpdateContract):
     name = "delta_update"
     case_type = DeltaUpdateCase
     summary = "gated delta rule step (GDN / KDA): read idx[n, max(nacc - 1, 0)], update per token, store"
@@ -128,14 +128,16 @@ class DeltaUpdate(Contract):
         for name in ("nacc", "inter_idx"):
             if getattr(case, name) is not None and len(getattr(case, name)) != rows:
                 raise oracle.OracleError(f"{name} has {len(getattr(case, name))} entries for {rows} sequences")
-        if any(not -(1 << 31) <= v < (1 << 31) for row in case.idx for v in row):
-            raise oracle.OracleError("index values are int32")
+        check_int32_indices((case.idx,))
         if (case.inter_rows > 0) != (case.inter_idx is not None) or (case.inter_rows > 0) != (case.cache_steps > 0):
             raise oracle.OracleError("the per-step buffer needs rows, steps and intermediate_state_indices together")
         elems = case.slots * case.slot_bytes + case.inter_rows * case.cache_steps * case.slot_bytes
         if elems > 1 << 30:
             raise oracle.OracleError(f"the pool and buffer take {elems} bytes, more than 1 GiB")
         return Image()
+
+    def pool_in_arena(self, case: DeltaUpdateCase) -> bool:
+        return False  # the pool and the per-step buffer are tensors of their own
 
     def _values(self, case: DeltaUpdateCase, device: str):
         """Stored elements from the seed: the pool and buffer (tensors on `device`, each in its layout,
@@ -222,14 +224,9 @@ class DeltaUpdate(Contract):
         return f"byte {offset} of the token arena (the pool and buffer are tensors of their own)"
 
     # ------------------------------------------------------------ shrinking
-    def valid(self, case: DeltaUpdateCase) -> bool:
-        try:
-            self.image(case)
-            plan_delta_update(case.slots, case.lens, case.idx, nacc=case.nacc, pad=case.pad,
-                              inter_idx=case.inter_idx, inter_rows=case.inter_rows)
-        except oracle.OracleError:
-            return False
-        return True
+    def plan(self, case: DeltaUpdateCase):
+        return plan_delta_update(case.slots, case.lens, case.idx, nacc=case.nacc, pad=case.pad,
+                                 inter_idx=case.inter_idx, inter_rows=case.inter_rows)
 
     def candidates(self, case: DeltaUpdateCase) -> Iterator[DeltaUpdateCase]:
         """Sequences dropped; fewer tokens; extras off; smaller heads; slots renumbered low."""
@@ -250,16 +247,6 @@ class DeltaUpdate(Contract):
         if case.key_dim != case.value_dim:
             yield r(case, value_dim=case.key_dim)
         yield from self._renumbered(case)
-
-    def _renumbered(self, case: DeltaUpdateCase) -> Iterator[DeltaUpdateCase]:
-        """The named slots renumbered 0.. (1.. under pad 0) in order, the pool cut to them."""
-        named = sorted({v for row in case.idx for v in row if v != case.pad and 0 <= v < case.slots})
-        first = 1 if case.pad == 0 else 0
-        where = {s: first + k for k, s in enumerate(named)}
-        slots = max(first + len(named), 1)
-        if slots < case.slots:
-            yield dataclasses.replace(case, idx=tuple(tuple(where.get(v, v) for v in row) for row in case.idx),
-                                      slots=slots)
 
     # ------------------------------------------------------------ coverage
     def features(self, case: DeltaUpdateCase) -> dict[str, str]:

@@ -332,3 +332,71 @@ class PoolContract(Contract):
         return {"overlap": ("none", "left", "same"), "aliasing": ("none", "same", "shared"),
                 "layout": kinds, "elem": ELEMS, "padding": ("none", "block") + (("row",) if "ds" in kinds else ()),
                 "src_align": ALIGNS, "dst_align": ALIGNS, "past_2gib_by": ("none", "block", "element")}
+
+
+# ---------------------------------------------------------------- what an engine's adapter reads
+# (the README documents them as mambafuzz.adapters.*, which re-exports them; torch at first use)
+
+# name -> (meta column, dtype name) of state_columns: addresses and byte strides stay int64; counts and sizes
+# fit int32
+STATE_COLUMN_TYPES = {
+    "base": (META_COLUMNS.index("BASE"), "int64"),
+    "block_stride": (META_COLUMNS.index("BLOCK_STRIDE"), "int64"),
+    "elem_size": (META_COLUMNS.index("ELEM"), "int32"),
+    "inner": (META_COLUMNS.index("INNER"), "int32"),
+    "conv_len": (META_COLUMNS.index("CONV_LEN"), "int32"),
+    "group": (META_COLUMNS.index("GROUP"), "int32"),
+    "ds_rows": (META_COLUMNS.index("DS_ROWS"), "int32"),
+    "ds_row_stride": (META_COLUMNS.index("DS_ROW_STRIDE"), "int64"),
+}
+KIND_TEMPORAL, KIND_SD, KIND_DS = 0, 1, 2  # state_columns(meta)["kind"]
+
+
+def state_columns(meta) -> dict:
+    """The meta table as named per-state arrays ``[S]`` in the dtypes kernels take (STATE_COLUMN_TYPES).
+
+    Also ``kind`` (int32): KIND_TEMPORAL, KIND_SD or KIND_DS.  For a conv state
+    ``inner`` is its dim and ``conv_len`` its state_len; for a temporal state
+    ``inner`` is prod(inner) elements.
+    """
+    import torch
+
+    cols = len(META_COLUMNS)
+    if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != cols:
+        raise TypeError(f"state_columns: meta must be int64 [S, {cols}], got {meta.dtype} {tuple(meta.shape)}")
+    out = {}
+    for name, (col, dtype_name) in STATE_COLUMN_TYPES.items():
+        dtype = getattr(torch, dtype_name)
+        column = meta[:, col]
+        if dtype == torch.int32 and column.numel() and int(column.abs().max()) > 2**31 - 1:
+            raise ValueError(f"state_columns: {name} does not fit int32")
+        out[name] = column.to(dtype).contiguous()
+    conv = out["conv_len"] > 0
+    out["kind"] = torch.where(conv, torch.where(out["ds_rows"] > 0, KIND_DS, KIND_SD), KIND_TEMPORAL).to(torch.int32)
+    return out
+
+
+def check_block_tables(block_tables) -> None:
+    if block_tables.dim() != 3:
+        raise TypeError(f"block_tables must be [G, R, C], got shape {tuple(block_tables.shape)}")
+
+
+def block_table_ptrs(block_tables):
+    """int64 ``[G]``: the address of each group's ``[R, C]`` block table (int32 entries)."""
+    import torch
+
+    check_block_tables(block_tables)
+    step = block_tables.stride(0) * block_tables.element_size()
+    return torch.tensor([block_tables.data_ptr() + g * step for g in range(block_tables.shape[0])],
+                        dtype=torch.int64, device=block_tables.device)
+
+
+def block_table_row_stride(block_tables) -> int:
+    """Entries between request rows of one group's table (what engines pass as ``stride(0)``)."""
+    check_block_tables(block_tables)
+    return int(block_tables.stride(1))
+
+
+def state_block_table_ptrs(meta, block_tables):
+    """int64 ``[S]``: the block-table address of each state's group (engines with one table per layer)."""
+    return block_table_ptrs(block_tables)[meta[:, META_COLUMNS.index("GROUP")].to(block_tables.device)]

@@ -369,3 +369,35 @@ class SlotContract(Contract):
                 "layout": ("layer-major", "slot-major"), "elem": ELEMS, "padding": ("none", "slot", "layer"),
                 "past_2gib": NO_YES, "past_2gib_by": ("none", "layer", "slot", "element"),
                 "index_dtype": INDEX_DTYPES}
+
+
+# ---------------------------------------------------------------- what an engine's adapter reads
+# (the README documents it as mambafuzz.adapters.slot_buffers, which re-exports it; torch at first use)
+
+def slot_buffers(meta, arena) -> list:
+    """The slot contracts' buffers as tensors ``[layers, slots, slot_bytes / elem]`` viewing the arena
+    (an integer dtype of the element size; padded strides kept), what index-based engines hold."""
+    import torch
+
+    col = {name: i for i, name in enumerate(SLOT_META_COLUMNS)}
+    if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != len(SLOT_META_COLUMNS):
+        raise TypeError(f"slot_buffers: meta must be int64 [B, {len(SLOT_META_COLUMNS)}], got {tuple(meta.shape)}")
+    if arena.dtype != torch.uint8 or arena.dim() != 1 or not arena.is_contiguous():
+        raise TypeError("slot_buffers: arena must be the contiguous 1-D uint8 tensor the target was given")
+    int_dtypes = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    views = []
+    for row in meta.tolist():
+        elem = row[col["ELEM"]]
+        shape = (row[col["LAYERS"]], row[col["SLOTS"]], row[col["SLOT_BYTES"]] // elem)
+        strides = (row[col["LAYER_STRIDE"]], row[col["SLOT_STRIDE"]], elem)
+        offset = row[col["BASE"]] - arena.data_ptr()
+        extent = 0 if 0 in shape else sum((n - 1) * s for n, s in zip(shape, strides)) + elem
+        if row[col["BASE"]] % elem or any(s % elem for s in strides):
+            raise ValueError(f"slot_buffers: buffer at {hex(row[col['BASE']])} (strides {strides}) is not aligned "
+                             f"to its element size ({elem} bytes)")
+        if offset < 0 or offset + extent > arena.numel():
+            raise ValueError(f"slot_buffers: [{hex(row[col['BASE']])}, +{extent}) is outside the arena "
+                             f"[{hex(arena.data_ptr())}, +{arena.numel()})")
+        region = arena[offset:offset + extent].view(int_dtypes[elem])
+        views.append(region.as_strided(shape, tuple(s // elem for s in strides)))
+    return views

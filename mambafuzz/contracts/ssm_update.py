@@ -28,17 +28,17 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+from mambafuzz.contracts.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 
-from .base import Argument, CliOption, Contract, Image, Output, Prepared, host_array
+from .base import Argument, CliOption, Image, Output, Prepared, host_array
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, RAW, SPEC, UPDATE_CLI_OPTIONS, VARLEN, allowed,
-                      nacc_buckets, one_of, presence, presence_buckets, as_stored, as_tensors, finite_values, from_float64,
-                      min_accepted_option, oracle_input, pad_option, rows_dropped, slot_values, stored_tensor,
-                      to_float64, unchanged_inputs)
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, RAW, SPEC, UPDATE_CLI_OPTIONS, VARLEN, UpdateContract,
+                      allowed, as_stored, as_tensors, check_int32_indices, finite_values, from_float64,
+                      min_accepted_option, nacc_buckets, one_of, oracle_input, pad_option, presence,
+                      presence_buckets, rows_dropped, slot_values, stored_tensor, to_float64, unchanged_inputs)
 
 
 
@@ -59,7 +59,7 @@ HAS_DT_BIAS = CliOption("has_dt_bias", PRESENCE, DRAWN, "dt_bias given: drawn pe
                                                         "kernel needs it), or never")
 
 
-class SsmUpdate(Contract):
+class SsmUpdate(UpdateContract):
     name = "ssm_update"
     case_type = SsmUpdateCase
     summary = "Mamba2 selective state update: read src[b, nacc - 1], scan the tokens, store to dst[b, t]"
@@ -121,15 +121,6 @@ class SsmUpdate(Contract):
                 and not (n["one_token"] and not spec and max(case.lens, default=0) > 1))
 
     # ------------------------------------------------------------ memory
-    @staticmethod
-    def _tables(case: SsmUpdateCase):
-        return (case.src,) + ((case.dst,) if case.dst is not None else ())
-
-    def _used(self, case: SsmUpdateCase) -> np.ndarray:
-        """The slots the oracle holds: every slot an index names, and slot 0."""
-        named = {v for t in self._tables(case) for row in t for v in row if 0 <= v < case.slots}
-        return np.array(sorted(named | {0}), dtype=np.int64)
-
     def _check(self, case: SsmUpdateCase) -> None:
         rows = len(case.lens)
         if case.offset % case.elem or case.slot_stride % case.elem or case.slot_stride < case.slot_bytes:
@@ -152,38 +143,21 @@ class SsmUpdate(Contract):
             raise oracle.OracleError("rows of a batch (not varlen) have one token each")
         if case.exact and case.softplus:
             raise oracle.OracleError("an exact case has no softplus")
-        if any(not -(1 << 31) <= v < (1 << 31) for t in self._tables(case) for row in t for v in row):
-            raise oracle.OracleError("index values are int32")
+        check_int32_indices((case.src, case.dst))
         end = case.offset + case.slots * case.slot_stride if case.exact else 1
         if end > case.arena_size:
             raise oracle.OracleError(f"the pool ends at byte {end}, past the arena's {case.arena_size}")
 
     def image(self, case: SsmUpdateCase) -> Image:
         self._check(case)
-        used = self._used(case)
-        if not case.exact:
-            return Image(None, (used, None))
-        if case.arena_size <= DENSE_LIMIT:
-            return Image(None, (used, case.offset + used * case.slot_stride))
-        window = min(case.slot_stride, case.slot_bytes + GUARD,
-                     case.arena_size - case.offset - (case.slots - 1) * case.slot_stride)
-        window -= window % case.elem
-        starts = case.offset + used * case.slot_stride
-        positions = (starts[:, None] + np.arange(window)[None, :]).reshape(-1)
-        return Image(positions, (used, np.arange(len(used), dtype=np.int64) * window))
+        return self.slot_image(case)
 
-    def _exact_state(self, rng, n: int, dtype: str) -> np.ndarray:
-        """Multiples of 1/8 in [-4, 4] as `dtype` (a sum with the exact increments stays representable)."""
-        return from_float64(rng.integers(-32, 33, n) / 8.0, dtype)
+    def pool_in_arena(self, case: SsmUpdateCase) -> bool:
+        return case.exact  # else the pool is a tensor of its own, compared within a tolerance
 
-    def fill(self, case: SsmUpdateCase, image: Image, snapshot: np.ndarray) -> None:
-        if not case.exact:
-            return
-        used, starts = image.plan
-        rng = np.random.default_rng((case.seed, 7))
-        n = case.slot_bytes // case.elem
-        for start in starts:
-            snapshot[start:start + case.slot_bytes] = self._exact_state(rng, n, case.dtype).view(np.uint8)
+    def slot_fill(self, rng, n: int, case: SsmUpdateCase) -> np.ndarray:
+        """Multiples of 1/8 in [-4, 4] as the pool's dtype (a sum with the exact increments stays representable)."""
+        return from_float64(rng.integers(-32, 33, n) / 8.0, case.dtype)
 
     def _pool(self, case: SsmUpdateCase, snapshot: np.ndarray, plan, device: str):
         """The pool the step starts from, stored elements on `device`: exact, the held slots [U, H, D, N]
@@ -224,13 +198,6 @@ class SsmUpdate(Contract):
                 "D": normal(h * d, "float32").reshape(h, d) if case.has_d else None,
                 "z": normal(total * h * d).reshape(total, h, d) if case.has_z else None,
                 "dt_bias": None if bias is None else bias.reshape(h, d)}
-
-    def _remapped(self, case: SsmUpdateCase, used: np.ndarray, table):
-        """Index rows with every held slot renumbered to its place in `used` (the pad and others kept)."""
-        if table is None:
-            return None
-        where = {int(s): k for k, s in enumerate(used)}
-        return [[where.get(v, v) if v != case.pad else v for v in row] for row in table]
 
     def _padded(self, case: SsmUpdateCase, values: np.ndarray | None) -> np.ndarray | None:
         """[T, ...] packed tokens as float64 [B, T_max, ...] (zeros past a row's end)."""
@@ -351,13 +318,8 @@ class SsmUpdate(Contract):
         return f"slot {slot} head {head} dim {rest // case.dstate} dstate {rest % case.dstate}"
 
     # ------------------------------------------------------------ shrinking
-    def valid(self, case: SsmUpdateCase) -> bool:
-        try:
-            self._check(case)
-            plan_ssm_update(case.slots, case.lens, case.src, case.dst, case.nacc, case.pad)
-        except oracle.OracleError:
-            return False
-        return True
+    def plan(self, case: SsmUpdateCase):
+        return plan_ssm_update(case.slots, case.lens, case.src, case.dst, case.nacc, case.pad)
 
     def candidates(self, case: SsmUpdateCase) -> Iterator[SsmUpdateCase]:
         """Rows dropped; fewer tokens; a smaller state; extras off; slots renumbered low."""
@@ -387,30 +349,6 @@ class SsmUpdate(Contract):
             yield self._resized(case, padded=False)
         yield from self._renumbered(case)
 
-    def _resized(self, case: SsmUpdateCase, padded: bool = True, **changes) -> SsmUpdateCase:
-        """`case` with `changes`, its slot stride and arena following (padding kept unless `padded` False)."""
-        out = dataclasses.replace(case, **changes)
-        if not case.exact:
-            return dataclasses.replace(out, slot_stride=out.slot_bytes)
-        pad_elems = (case.slot_stride - case.slot_bytes) // case.elem if padded else 0
-        offset = (case.offset // case.elem) * out.elem if padded else 0
-        stride = out.slot_bytes + pad_elems * out.elem
-        return dataclasses.replace(out, slot_stride=stride, offset=offset,
-                                   arena_size=offset + out.slots * stride + 64)
-
-    def _renumbered(self, case: SsmUpdateCase) -> Iterator[SsmUpdateCase]:
-        """The named slots renumbered 0.. (1.. under pad 0) in order, the pool cut to them."""
-        named = sorted({v for t in self._tables(case) for row in t for v in row
-                        if v != case.pad and 0 <= v < case.slots})
-        first = 1 if case.pad == 0 else 0
-        where = {s: first + k for k, s in enumerate(named)}
-        slots = max(first + len(named), 1)
-        if slots < case.slots:
-            def renum(t):
-                return None if t is None else tuple(tuple(where.get(v, v) for v in row) for row in t)
-            arena = case.offset + slots * case.slot_stride + 64 if case.exact else case.arena_size
-            yield dataclasses.replace(case, src=renum(case.src), dst=renum(case.dst), slots=slots, arena_size=arena)
-
     # ------------------------------------------------------------ coverage
     def features(self, case: SsmUpdateCase) -> dict[str, str]:
         rows = len(case.lens)
@@ -426,7 +364,7 @@ class SsmUpdate(Contract):
             else:
                 pads.append("none")
         nacc = ["none"] if not spec else ["0" if a == 0 else "1" if a == 1 else ">1" for a in case.nacc]
-        top = max((v for t in self._tables(case) for row in t for v in row if v != case.pad), default=0)
+        top = max((v for t in self.index_tables(case) for row in t for v in row if v != case.pad), default=0)
         index = ("col-strided" if case.idx_col_stride > 1 else
                  "row-strided" if case.idx_row_stride > case.cols else "contiguous")
         return {

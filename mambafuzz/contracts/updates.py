@@ -1,16 +1,20 @@
 """What every update contract (docs/contracts.md#update-rules) shares: stored floats to float64 and back, distinct
 finite values to fill slots with, pools of distinct values at the cost of one slot (``slot_values``), tensors on the
-case's device for the kernel and the oracle, the pad and min-accepted options, and the one-row-fewer
-shrink step."""
+case's device for the kernel and the oracle, the pad and min-accepted options, the one-row-fewer
+shrink step, and ``UpdateContract``: the case code of a pool of slots (held slots, the arena image, index
+tables renumbered, the pool resized, validity) on cases of ``contracts.cases.updates.UpdateCase``
+(``ConvPoolContract``: what the conv contracts add)."""
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
 
+from mambafuzz import oracle
+from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD
 from mambafuzz.errors import UsageError
 
-from .base import CliOption, Output
+from .base import CliOption, Contract, Image, Output
 
 # A presence option: whether the cases carry an optional input (spec decode, varlen, a per-step buffer,
 # z, ...): drawn per case (the default: everything is drawn), always, or never.
@@ -187,3 +191,164 @@ def rows_dropped(case, fields: tuple[str, ...]):
         cut = {f: None if getattr(case, f) is None else getattr(case, f)[:i] + getattr(case, f)[i + 1:]
                for f in fields}
         yield dataclasses.replace(case, **cut)
+
+
+def check_int32_indices(tables) -> None:
+    """OracleError unless every value of the index tables (None: absent) fits int32."""
+    if any(not -(1 << 31) <= v < (1 << 31) for t in tables if t is not None for row in t for v in row):
+        raise oracle.OracleError("index values are int32")
+
+
+def check_slot_pool(case) -> None:
+    """OracleError unless the pool at ``case.offset`` (slots ``case.slot_stride`` bytes apart) is aligned to its
+    elements, its stride holds a slot, and it ends inside the arena."""
+    if case.offset % case.elem or case.slot_stride % case.elem or case.slot_stride < case.slot_bytes:
+        raise oracle.OracleError("the pool's offset and slot stride must be multiples of the element size, "
+                                 "the stride at least a slot's bytes")
+    end = case.offset + case.slots * case.slot_stride
+    if end > case.arena_size:
+        raise oracle.OracleError(f"the pool ends at byte {end}, past the arena's {case.arena_size}")
+
+
+class UpdateContract(Contract):
+    """The case code the update contracts share, over cases on ``UpdateCase`` (index tables ``INDEX_FIELDS``,
+    a pool of ``slots`` slots; in the arena at ``offset``, ``slot_stride`` bytes apart, when
+    ``pool_in_arena``).  A contract keeps what is its own: its checks in ``image``, ``plan`` (the oracle's
+    plan, raising ``OracleError`` for an ill-posed case), ``prepare``, its candidates, its coverage."""
+
+    def pool_in_arena(self, case) -> bool:
+        """Whether the pool lives in the arena (compared there byte for byte; shrinking cuts the arena with
+        it).  Else it is a tensor of its own, ``slot_bytes`` apart."""
+        return True
+
+    def plan(self, case):
+        """The oracle's plan of `case` (OracleError for an ill-posed one); what ``valid`` asks besides ``image``."""
+        raise NotImplementedError
+
+    def valid(self, case) -> bool:
+        try:
+            self.image(case)
+            self.plan(case)
+        except oracle.OracleError:
+            return False
+        return True
+
+    def index_tables(self, case) -> tuple:
+        """The case's index tables that are given."""
+        return tuple(t for t in (getattr(case, f) for f in case.INDEX_FIELDS) if t is not None)
+
+    def _used(self, case) -> np.ndarray:
+        """The slots the image holds: every slot an index names, and slot 0."""
+        named = {v for t in self.index_tables(case) for row in t for v in row if 0 <= v < case.slots}
+        return np.array(sorted(named | {0}), dtype=np.int64)
+
+    def slot_image(self, case) -> Image:
+        """The held slots (``_used``) and where each starts in the image (plan ``(used, starts)``; starts None
+        for a pool of its own): the arena itself up to DENSE_LIMIT, else each held slot's window (its
+        bytes and GUARD bytes of padding, whole elements) one after another."""
+        used = self._used(case)
+        if not self.pool_in_arena(case):
+            return Image(None, (used, None))
+        if case.arena_size <= DENSE_LIMIT:
+            return Image(None, (used, case.offset + used * case.slot_stride))
+        window = min(case.slot_stride, case.slot_bytes + GUARD,
+                     case.arena_size - case.offset - (case.slots - 1) * case.slot_stride)
+        window -= window % case.elem
+        starts = case.offset + used * case.slot_stride
+        positions = (starts[:, None] + np.arange(window)[None, :]).reshape(-1)
+        return Image(positions, (used, np.arange(len(used), dtype=np.int64) * window))
+
+    def fill(self, case, image: Image, snapshot: np.ndarray) -> None:
+        """Every held slot in the arena: distinct finite values, none zero (a stale block is never zeros)."""
+        if not self.pool_in_arena(case):
+            return
+        used, starts = image.plan
+        rng = np.random.default_rng((case.seed, 7))
+        n = case.slot_bytes // case.elem
+        for start in starts:
+            snapshot[start:start + case.slot_bytes] = self.slot_fill(rng, n, case).view(np.uint8)
+
+    def slot_fill(self, rng: np.random.Generator, n: int, case) -> np.ndarray:
+        """One held slot's `n` stored elements (``fill``)."""
+        return finite_values(rng, n, case.dtype)
+
+    def _remapped(self, case, used: np.ndarray, table):
+        """Index rows with every held slot renumbered to its place in `used` (others kept: the oracle names
+        them); the pad value is unchanged (slot 0 is always held at place 0).  None stays None."""
+        if table is None:
+            return None
+        where = {int(s): k for k, s in enumerate(used)}
+        return [[where.get(v, v) if v != case.pad else v for v in row] for row in table]
+
+    def _resized(self, case, padded: bool = True, **changes):
+        """`case` with `changes`, its slot stride and arena following (padding kept unless `padded` False)."""
+        out = dataclasses.replace(case, **changes)
+        if not self.pool_in_arena(case):
+            return dataclasses.replace(out, slot_stride=out.slot_bytes)
+        pad_elems = (case.slot_stride - case.slot_bytes) // case.elem if padded else 0
+        offset = (case.offset // case.elem) * out.elem if padded else 0
+        stride = out.slot_bytes + pad_elems * out.elem
+        return dataclasses.replace(out, slot_stride=stride, offset=offset,
+                                   arena_size=offset + out.slots * stride + 64)
+
+    def _renumbered(self, case):
+        """The named slots renumbered low in order, the pool (and the arena, when the pool is in it) cut to
+        them: packed from 0 (1 under pad 0), then with at most one unnamed slot below each (a kernel that
+        reads a slot's neighbour still finds one), then with every gap halved (a failure that needs a high
+        slot number)."""
+        named = sorted({v for t in self.index_tables(case) for row in t for v in row
+                        if v != case.pad and 0 <= v < case.slots})
+        first = 1 if case.pad == 0 else 0
+        for shrink in (lambda gap: 0, lambda gap: min(gap, 1), lambda gap: gap // 2):
+            where, old, new = {}, first - 1, first - 1
+            for s in named:  # `gap` unnamed slots between s and the named slot below it (or the first slot)
+                new += 1 + shrink(s - old - 1)
+                where[s], old = new, s
+            slots = max(new + 1, 1)
+            changes = {f: None if getattr(case, f) is None else tuple(tuple(where.get(v, v) for v in row)
+                                                                      for row in getattr(case, f))
+                       for f in case.INDEX_FIELDS}
+            if slots >= case.slots and all(changes[f] == getattr(case, f) for f in case.INDEX_FIELDS):
+                continue
+            if self.pool_in_arena(case):
+                changes["arena_size"] = min(case.arena_size, case.offset + slots * case.slot_stride + 64)
+            yield dataclasses.replace(case, slots=slots, **changes)
+
+
+class ConvPoolContract(UpdateContract):
+    """What the causal-conv contracts (``conv_update``, ``conv_prefill``) share on top: a pool of
+    ``[slots, dim, state_len]`` elements, ``layout`` ``dim`` (token rows of ``dim`` channels) or ``token`` (each
+    channel's tokens together), and seeded ``x``, ``weight``, ``bias``."""
+
+    def _pool(self, case, snapshot: np.ndarray, starts) -> np.ndarray:
+        """The held slots' states as float64 [U, dim, SL]."""
+        raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
+        if case.layout == "dim":
+            values = raw.reshape(len(starts), case.state_len, case.dim).transpose(0, 2, 1)
+        else:
+            values = raw.reshape(len(starts), case.dim, case.state_len)
+        return to_float64(values, case.dtype)
+
+    def _store(self, case, expected: np.ndarray, start: int, state: np.ndarray) -> None:
+        raw = from_float64(state.T if case.layout == "dim" else state, case.dtype)
+        expected[start:start + case.slot_bytes] = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+
+    def _inputs(self, case):
+        """x ([T, dim], the rows' tokens one after another), weight, bias as stored elements, from the seed."""
+        rng = np.random.default_rng((case.seed, 11))
+        total = sum(case.lens)
+        x = finite_values(rng, total * case.dim, case.dtype).reshape(total, case.dim)
+        weight = finite_values(rng, case.dim * case.width, case.dtype).reshape(case.dim, case.width)
+        bias = finite_values(rng, case.dim, case.dtype) if case.bias else None
+        return x, weight, bias
+
+    def locate(self, case, offset: int) -> str:
+        slot, within = divmod(offset - case.offset, case.slot_stride)
+        if not 0 <= slot < case.slots or offset < case.offset:
+            return "outside the pool"
+        if within >= case.slot_bytes:
+            return f"slot {slot} padding byte {within - case.slot_bytes}"
+        elem = within // case.elem
+        first, second = divmod(elem, case.dim if case.layout == "dim" else case.state_len)
+        dim, col = (second, first) if case.layout == "dim" else (first, second)
+        return f"slot {slot} channel {dim} column {col}"

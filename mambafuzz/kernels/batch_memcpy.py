@@ -47,8 +47,14 @@ import torch
 import triton
 import triton.language as tl
 
+from . import torch_path
 from .copy import move_bytes_small, move_span, warp_delay
 from .launch import launch, variant_flags
+
+CONTRACT = "batch_memcpy"
+DESCRIPTION = ("Triton batched memmove: long rows split over programs; a row that overlaps itself "
+               "stays in one, with barriers")
+AMPLIFIABLE = True  # its targets take perturb= (warp delays built into the kernel)
 
 BLOCK = 1024  # bytes per body chunk
 MAX_PARTS = 256       # programs one row may be split over, at most (a 4 MiB row in 16 KiB parts)
@@ -250,3 +256,16 @@ def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, variant=None,
     launch(_batch_memcpy_kernel, (n * cap,) if part_major else (n, cap), (src_ptrs, dst_ptrs, sizes, cap),
            perturb=perturb, num_warps=num_warps, BLOCK=block, SPLIT_BLOCK=split_block, INTERLEAVE=bool(interleave),
            UNROLL=int(unroll), SPLIT_MIN=int(split_min), PART_MAJOR=bool(part_major), **flags)
+
+
+def contract_fn(variant=None):
+    """The contract's signature over ``batch_memcpy`` with one zoo variant (None: the correct kernel), plus
+    ``perturb=`` (race amplification; None: none)."""
+    def fn(src_ptrs, dst_ptrs, sizes, *, arena=None, perturb=None):
+        return batch_memcpy(src_ptrs, dst_ptrs, sizes, arena=arena, variant=variant, perturb=perturb)
+    fn.__doc__ = batch_memcpy.__doc__
+    return fn
+
+
+torch_fn = torch_path.batch_memcpy
+TORCH_DESCRIPTION = "torch path: dst.copy_(src.clone()) per copy"

@@ -32,6 +32,10 @@ from .launch import launch, variant_flags
 from .state_copy import (BLOCK, FLAG_NAMES, ROWS, VARIANTS as STATE_VARIANTS,
                          copy_one_state, check_launch, check_rows, positive_int)
 
+CONTRACT = "postprocess"
+DESCRIPTION = "Triton fused align-mode postprocess (decision + state copy + accepted update)"
+AMPLIFIABLE = True  # its targets take perturb= (warp delays built into the kernel)
+
 # zoo ids handled here on top of the state-copy ones
 PP_VARIANTS = ("NOOP-SKIP", "PP-INPLACE")
 
@@ -116,3 +120,18 @@ def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_
            (meta, block_tables, num_computed, num_scheduled, num_draft, accepted_in, num_accepted,
             state_idx, block_size, num_tiles, meta.shape[0], R, C),
            perturb=perturb, num_warps=num_warps, BLOCK=block, ROWS=rows, **flags)
+
+
+def contract_fn(variant=None):
+    """The contract's signature over ``postprocess`` with one zoo variant (None: the correct kernel), plus
+    ``perturb=`` (race amplification; None: none)."""
+    def fn(meta, block_tables, num_computed, num_scheduled, num_draft, num_accepted, state_idx, *, block_size,
+           num_tiles=1, arena=None, perturb=None):
+        return postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_accepted, state_idx,
+                           block_size=block_size, num_tiles=num_tiles, arena=arena, variant=variant,
+                           perturb=perturb)
+    fn.__doc__ = postprocess.__doc__
+    return fn
+
+
+torch_fn = None  # no torch path: the decision and the in-place count are the kernel's

@@ -2,12 +2,12 @@
 
 A :class:`Target` wraps a plain function with one of the contract signatures
 of ARCHITECTURE.md.  Names: ``triton.<contract>`` (the project's kernels),
-``torch.<contract>`` (the ``dst.copy_(src.clone())`` path) and
+``torch.<contract>`` (the torch path) and
 ``zoo.<ID>`` (one per bug-zoo row).  User adapters register with
 :func:`register` (kind ``'user'``).
 
-``amplifiable`` targets (the project's Triton kernels and their zoo variants)
-take ``perturb=`` (a ``kernels.perturb.Perturb``): chosen warps sleep at a
+``amplifiable`` targets (those of a kernel module that declares ``AMPLIFIABLE``: the
+copy kernels and their zoo variants) take ``perturb=`` (a ``kernels.perturb.Perturb``): chosen warps sleep at a
 chosen place so that GPU races show (see ``kernels.copy.warp_delay``).  Their
 functions also carry ``fn.amplifiable = True``, which is what the engine reads
 (it is handed the function, not the Target).
@@ -24,12 +24,6 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import batch_memcpy as _bm
-from . import postprocess as _pp
-from . import slots as _sl
-from . import state_copy as _sc
-from . import torch_path as _tp
-from . import zoo as _zoo
 from .zoo import ZooEntry
 
 KINDS = ("correct", "torch", "zoo", "user")
@@ -39,7 +33,7 @@ OVERLAPS = ("full", "left")
 @dataclass(frozen=True)
 class Target:
     name: str
-    contract: str        # a contract's name (mambafuzz.contracts), e.g. 'batch_memcpy', 'slot_copy'
+    contract: str        # a contract's name (mambafuzz.contracts)
     kind: str            # 'correct' | 'torch' | 'zoo' | 'user'
     overlap: str         # 'full' (true memmove) | 'left' (dst < src only)
     description: str
@@ -121,115 +115,53 @@ def zoo_targets() -> list[Target]:
     return [t for t in TARGETS.values() if t.kind == "zoo"]
 
 
-# ---------------------------------------------------------------- contract fns
-# Plain functions with exactly the contract signatures (no variant= exposed),
-# plus perturb= (race amplification; None: none).
-
-def _batch_memcpy_fn(variant):
-    def batch_memcpy(src_ptrs, dst_ptrs, sizes, *, arena=None, perturb=None):
-        return _bm.batch_memcpy(src_ptrs, dst_ptrs, sizes, arena=arena, variant=variant,
-                                perturb=perturb)
-    return batch_memcpy
-
-
-def _state_copy_fn(variant):
-    def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1, arena=None,
-                   perturb=None):
-        return _sc.state_copy(meta, block_tables, src_cols, dst_cols, biases,
-                              num_tiles=num_tiles, arena=arena, variant=variant, perturb=perturb)
-    return state_copy
-
-
-def _postprocess_fn(variant):
-    def postprocess(meta, block_tables, num_computed, num_scheduled, num_draft, num_accepted,
-                    state_idx, *, block_size, num_tiles=1, arena=None, perturb=None):
-        return _pp.postprocess(meta, block_tables, num_computed, num_scheduled, num_draft,
-                               num_accepted, state_idx, block_size=block_size,
-                               num_tiles=num_tiles, arena=arena, variant=variant,
-                               perturb=perturb)
-    return postprocess
-
-
-def _slot_fn(launcher, variant):
-    def slot_fn(meta, src_idx, dst_idx, *, arena=None, perturb=None):
-        return launcher(meta, src_idx, dst_idx, arena=arena, variant=variant, perturb=perturb)
-    return slot_fn
-
-
-_FACTORIES = {"batch_memcpy": _batch_memcpy_fn, "state_copy": _state_copy_fn,
-              "postprocess": _postprocess_fn,
-              "slot_copy": lambda variant: _slot_fn(_sl.slot_copy, variant),
-              "slot_fork": lambda variant: _slot_fn(_sl.slot_fork, variant)}
-
+# ---------------------------------------------------------------- declared targets
+# A kernel module of this package declares its contract's targets: CONTRACT (the contract's name), DESCRIPTION,
+# contract_fn(variant) (the contract's signature over its kernel with one zoo variant; None: the correct one),
+# torch_fn (the torch path; None: none) and optionally TORCH_DESCRIPTION (default: torch_fn's first doc line),
+# AMPLIFIABLE (its functions take perturb=: warp delays built into the kernel; default False: on a GPU
+# mambafuzz.instrument adds them as to a user's kernel) and ZOO (its rows).  A module that defines FAMILY (member
+# modules) lists its members together: every member's Triton target, then every torch path, then the family's ZOO.
+# Families come first, then the other declaring modules, each in module-name order: adding a contract's kernels
+# touches no line here.
 
 def _named(fn, name, doc):
     fn.__qualname__ = fn.__name__ = name.replace(".", "_").replace("-", "_")
     fn.__doc__ = doc
-    fn.amplifiable = True  # every contract fn made here takes perturb=
+    fn.amplifiable = True  # every amplifiable fn takes perturb=
     return fn
 
 
-_TRITON_BUILTINS = (
-    (_bm.batch_memcpy, "Triton batched memmove: long rows split over programs; a row that overlaps itself "
-                       "stays in one, with barriers"),
-    (_sc.state_copy, "Triton fused SD/DS/temporal state copy, grid (requests, states, tiles)"),
-    (_pp.postprocess,
-     "Triton fused align-mode postprocess (decision + state copy + accepted update)"),
-    (_sl.slot_copy, "Triton slot copy: gather every source into scratch, then scatter (chain- and swap-safe)"),
-    (_sl.slot_fork, "Triton slot fork: gather every parent into scratch, then scatter to the children"),
-)
-
-
-def _register_builtins():
-    for launcher, description in _TRITON_BUILTINS:
-        contract = launcher.__name__
-        name = f"triton.{contract}"
-        register(Target(
-            name, contract, "correct", "full", description,
-            _named(_FACTORIES[contract](None), name, launcher.__doc__),
-            amplifiable=True))
-    register(Target(
-        "torch.batch_memcpy", "batch_memcpy", "torch", "full",
-        "torch path: dst.copy_(src.clone()) per copy",
-        _tp.batch_memcpy))
-    register(Target(
-        "torch.state_copy", "state_copy", "torch", "full",
-        "torch path: dst.copy_(src.clone()) per state copy (as_strided views)",
-        _tp.state_copy))
-    register(Target(
-        "torch.slot_copy", "slot_copy", "torch", "full",
-        "torch path: view[:, dst] = view[:, src] on [L, S, slot bytes] byte views",
-        _sl.torch_slot_copy))
-    register(Target(
-        "torch.slot_fork", "slot_fork", "torch", "full",
-        "torch path: view[:, dst[i, n]] = view[:, src[i]] on [L, S, slot bytes] byte views",
-        _sl.torch_slot_fork))
-    for e in _zoo.ZOO:
-        name = f"zoo.{e.id}"
-        fn = _named(_FACTORIES[e.contract](e.variant), name,
-                    f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}.")
-        register(Target(name, e.contract, "zoo", "full", e.description, fn,
-                        bug=e.kind, zoo_id=e.id, amplifiable=True))
-
-
-# Kernel modules that declare their targets: CONTRACT (its name), DESCRIPTION, contract_fn(variant), torch_fn
-# and ZOO (its rows).  Any module of this package that defines CONTRACT is one: adding a contract's kernels
-# touches no line here.  Their kernels take no perturb= (on a GPU, mambafuzz.instrument adds warp delays as
-# to a user's).
-def _declaring_modules():
+def _package_modules():
     found = []
     for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda i: i.name):
         if info.name == "registry" or info.ispkg:
             continue
-        module = importlib.import_module(f"{__package__}.{info.name}")
-        if isinstance(getattr(module, "CONTRACT", None), str):
-            found.append(module)
-    return tuple(found)
+        found.append(importlib.import_module(f"{__package__}.{info.name}"))
+    return found
 
 
-_DECLARING = _declaring_modules()
-DECLARED = tuple(m.CONTRACT for m in _DECLARING)  # their contracts: targets not amplifiable, arena= optional
-ZOO: tuple[ZooEntry, ...] = _zoo.ZOO + tuple(e for m in _DECLARING for e in m.ZOO)  # every zoo row
+def _groups():
+    """(members, zoo rows) per declaring group: each family, then each other declaring module."""
+    modules = _package_modules()
+    families = [m for m in modules if isinstance(getattr(m, "FAMILY", None), tuple)]
+    in_family = {id(member) for f in families for member in f.FAMILY}
+    singles = [m for m in modules if isinstance(getattr(m, "CONTRACT", None), str) and id(m) not in in_family]
+    groups = [(f.FAMILY, f.ZOO, f.__name__) for f in families] + [((m,), m.ZOO, m.__name__) for m in singles]
+    for members, rows, where in groups:
+        contracts = {m.CONTRACT for m in members}
+        for e in rows:
+            if e.contract not in contracts:
+                raise ValueError(f"{where}: zoo row {e.id} is for {e.contract!r}, the module's contract is "
+                                 f"{' or '.join(map(repr, sorted(contracts)))}")
+    return tuple(groups)
+
+
+_GROUPS = _groups()
+_BY_CONTRACT = {m.CONTRACT: m for members, _, _ in _GROUPS for m in members}
+# the contracts whose targets take no perturb= (the tensor contracts: arena= optional)
+DECLARED = tuple(c for c, m in _BY_CONTRACT.items() if not getattr(m, "AMPLIFIABLE", False))
+ZOO: tuple[ZooEntry, ...] = tuple(e for _, rows, _ in _GROUPS for e in rows)  # every zoo row
 ZOO_BY_ID = {e.id: e for e in ZOO}
 
 
@@ -240,23 +172,29 @@ def zoo_entry(zoo_id: str) -> ZooEntry:
         raise KeyError(f"unknown zoo id {zoo_id!r}; known: {', '.join(ZOO_BY_ID)}") from None
 
 
+def _target(module, name, kind, description, fn, doc, **extra):
+    amplifiable = bool(getattr(module, "AMPLIFIABLE", False))
+    if amplifiable:
+        _named(fn, name, doc)
+    else:
+        fn.__doc__ = doc
+    return Target(name, module.CONTRACT, kind, "full", description, fn, amplifiable=amplifiable, **extra)
+
+
 def _register_declared():
-    for module in _DECLARING:
-        contract = module.CONTRACT
-        fn = module.contract_fn(None)
-        fn.__doc__ = module.DESCRIPTION
-        register(Target(f"triton.{contract}", contract, "correct", "full", module.DESCRIPTION, fn))
-        register(Target(f"torch.{contract}", contract, "torch", "full", module.torch_fn.__doc__.splitlines()[0],
-                        module.torch_fn))
-        for e in module.ZOO:
-            if e.contract != contract:
-                raise ValueError(f"{module.__name__}: zoo row {e.id} is for {e.contract!r}, the module's contract "
-                                 f"is {contract!r}")
-            fn = module.contract_fn(e.variant)
-            fn.__doc__ = f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}."
-            register(Target(f"zoo.{e.id}", contract, "zoo", "full", e.description, fn, bug=e.kind,
-                            zoo_id=e.id, options=dict(e.options)))
+    for members, rows, _ in _GROUPS:
+        for m in members:
+            fn = m.contract_fn(None)
+            register(_target(m, f"triton.{m.CONTRACT}", "correct", m.DESCRIPTION, fn, fn.__doc__ or m.DESCRIPTION))
+        for m in members:
+            if m.torch_fn is not None:
+                described = getattr(m, "TORCH_DESCRIPTION", None) or m.torch_fn.__doc__.splitlines()[0]
+                register(Target(f"torch.{m.CONTRACT}", m.CONTRACT, "torch", "full", described, m.torch_fn))
+        for e in rows:
+            m = _BY_CONTRACT[e.contract]
+            register(_target(m, f"zoo.{e.id}", "zoo", e.description, m.contract_fn(e.variant),
+                             f"zoo {e.id} ({e.kind}): {e.description}. Made by {e.produced_by}.",
+                             bug=e.kind, zoo_id=e.id, options=dict(e.options)))
 
 
-_register_builtins()
 _register_declared()

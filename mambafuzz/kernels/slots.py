@@ -38,7 +38,7 @@ Loops are ``while`` loops over loaded bounds (Triton 3.5/3.6 interpreters).
 The launcher reads ``meta`` on the host for the grid and the scratch size (a
 device-to-host copy per call: CUDA-graph capture falls back to a loop).
 
-Zoo flags (constexpr, compiled out when off; ``kernels.zoo``):
+Zoo flags (constexpr, compiled out when off; ``kernels.copy_family``):
 ``DIRECT`` (the launcher's) one launch, each program loading its source and
 storing its destination, no scratch (SLOT-CHAIN, FORK-CHAIN);
 ``ADDR_I32`` the slot/layer offset formed in 32 bits (SLOT-I32);

@@ -33,7 +33,7 @@ Per state kind:
 
 Block ids are converted to int64 before they are multiplied by the block
 stride; all address arithmetic is int64.  The zoo flags (constexpr, compiled
-out when off) each inject exactly one bug; see ``kernels.zoo``.  The
+out when off) each inject exactly one bug; see ``kernels.copy_family``.  The
 perturbation constexprs (``DELAY_POS``, ``DELAY_NS``, ``SCHEDULE``, runtime
 ``seed``; see ``kernels.perturb``) reach every load/store piece, the DS loop's
 included; compiled out when off.
@@ -42,9 +42,13 @@ import torch
 import triton
 import triton.language as tl
 
-from . import META_COLS
+from . import META_COLS, torch_path
 from .copy import move_span, warp_delay
 from .launch import launch, variant_flags
+
+CONTRACT = "state_copy"
+DESCRIPTION = "Triton fused SD/DS/temporal state copy, grid (requests, states, tiles)"
+AMPLIFIABLE = True  # its targets take perturb= (warp delays built into the kernel)
 
 BLOCK = 1024  # bytes per span body chunk
 ROWS = 128    # DS rows per chunk (lanes)
@@ -310,3 +314,17 @@ def state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1,
     launch(_state_copy_kernel, (n_req, meta.shape[0], num_tiles),
            (meta, block_tables, src_cols, dst_cols, biases, num_tiles, R, C),
            perturb=perturb, num_warps=num_warps, BLOCK=block, ROWS=rows, **flags)
+
+
+def contract_fn(variant=None):
+    """The contract's signature over ``state_copy`` with one zoo variant (None: the correct kernel), plus
+    ``perturb=`` (race amplification; None: none)."""
+    def fn(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles=1, arena=None, perturb=None):
+        return state_copy(meta, block_tables, src_cols, dst_cols, biases, num_tiles=num_tiles, arena=arena,
+                          variant=variant, perturb=perturb)
+    fn.__doc__ = state_copy.__doc__
+    return fn
+
+
+torch_fn = torch_path.state_copy
+TORCH_DESCRIPTION = "torch path: dst.copy_(src.clone()) per state copy (as_strided views)"

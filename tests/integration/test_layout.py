@@ -225,6 +225,25 @@ def test_a_contracts_name_appears_only_where_contracts_live():
                     + "\n".join(bad), pytrace=False)
 
 
+# the registries that must stay generic: a contract's kernels, cases and case code are found through its own
+# modules' declarations (kernels: CONTRACT and friends; contracts: the BUILTIN line), never listed there
+GENERIC_REGISTRIES = ("kernels/registry.py",)
+
+
+@pytest.mark.parametrize("rel", GENERIC_REGISTRIES)
+def test_the_generic_registries_name_no_contract(rel):
+    """Adding a contract touches its own modules and its BUILTIN line only: the target registry holds no
+    contract's name (no hand-written list of contracts, their launchers or their zoo rows)."""
+    from mambafuzz import contracts
+
+    names = [m.rpartition(".")[2] for m in contracts.BUILTIN]
+    word = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9_])")
+    bad = [f"mambafuzz/{rel}:{i}: {m.group(1)}" for i, line in enumerate((PACKAGE / rel).read_text().splitlines(), 1)
+           for m in word.finditer(line)]
+    assert not bad, "contract names in a generic registry (declare them in the contract's own module):\n" + \
+        "\n".join(bad)
+
+
 @pytest.mark.matrix
 def test_a_built_wheel_holds_only_the_mambafuzz_package(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],

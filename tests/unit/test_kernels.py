@@ -870,6 +870,30 @@ def test_registry_names_and_kinds():
         assert (t.bug is None) == (t.kind != "zoo")
 
 
+def test_every_built_in_contract_declares_its_kernels_in_its_own_module():
+    """Each built-in contract has a kernel module of its name declaring it (CONTRACT, contract_fn, torch_fn,
+    ZOO or a family's), the registry's triton target comes from it, and only modules that declare
+    AMPLIFIABLE give amplifiable targets."""
+    import importlib
+
+    from mambafuzz import contracts
+
+    for module_name in contracts.BUILTIN:
+        name = module_name.rpartition(".")[2]
+        module = importlib.import_module(f"mambafuzz.kernels.{name}")
+        assert module.CONTRACT == name and callable(module.contract_fn) and isinstance(module.DESCRIPTION, str)
+        assert module.torch_fn is None or callable(module.torch_fn)
+        amplifiable = getattr(module, "AMPLIFIABLE", False)
+        assert ("perturb" in inspect.signature(module.contract_fn(None)).parameters) == amplifiable, name
+        triton = registry.get(f"triton.{name}")
+        assert triton.contract == name and triton.description == module.DESCRIPTION
+        assert triton.amplifiable == amplifiable == (name not in registry.DECLARED)
+        assert (f"torch.{name}" in registry.TARGETS) == (module.torch_fn is not None)
+        for t in registry.all_targets():
+            if t.contract == name:
+                assert t.amplifiable == (amplifiable and t.kind != "torch"), t.name
+
+
 @pytest.mark.parametrize("name", sorted(registry.TARGETS))
 def test_registry_signatures(name):
     """Every target takes its contract's arguments in order, its options and arena= by keyword."""

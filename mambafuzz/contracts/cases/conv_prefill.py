@@ -21,8 +21,8 @@ from typing import ClassVar
 
 from mambafuzz.errors import CaseError
 
-from . import (FLOAT_DTYPES, UPDATE_PADS, CaseBase, boolean, check_int, check_int_list, index_table, one_of,
-               optional_int_list, show)
+from . import FLOAT_DTYPES, UPDATE_PADS, boolean, check_int, check_int_list, one_of, optional_int_list, show
+from .updates import UpdateCase
 
 DTYPES = FLOAT_DTYPES
 LAYOUTS = ("dim", "token")
@@ -38,24 +38,17 @@ def bool_list(name: str):
 
 
 @dataclass(frozen=True)
-class ConvPrefillCase(CaseBase):
+class ConvPrefillCase(UpdateCase):
     contract: ClassVar[str] = "conv_prefill"
     FIELD_CHECKS: ClassVar[dict] = {
-        "arena_size": lambda v: check_int("arena_size", v, 1),
-        "dtype": one_of("dtype", tuple(DTYPES)),
         "layout": one_of("layout", LAYOUTS),
-        "offset": lambda v: check_int("offset", v, 0),
-        "slots": lambda v: check_int("slots", v, 1),
         "dim": lambda v: check_int("dim", v, 1),
         "state_len": lambda v: check_int("state_len", v, 1),
-        "slot_stride": lambda v: check_int("slot_stride", v, 1),
         "width": lambda v: check_int("width", v, 2),
         "lens": lambda v: check_int_list("lens", v, 0),
-        "idx": index_table("idx", "B"),
         "has_init": bool_list("has_init"),
         "bias": boolean("bias"),
         "silu": boolean("silu"),
-        "idx_2d": boolean("idx_2d"),
         "idx_stride": lambda v: check_int("idx_stride", v, 1),
         "apc": boolean("apc"),
         "block_size": lambda v: check_int("block_size", v, 0),
@@ -63,7 +56,6 @@ class ConvPrefillCase(CaseBase):
         "first": optional_int_list("first", 0),
         "last": optional_int_list("last", 0),
         "computed": optional_int_list("computed", 0),
-        "pad": one_of("pad", PADS),
     }
     arena_size: int
     dtype: str
@@ -94,16 +86,8 @@ class ConvPrefillCase(CaseBase):
     PER_ROW: ClassVar[tuple[str, ...]] = ("lens", "idx", "has_init", "init", "first", "last", "computed")
 
     @property
-    def elem(self) -> int:
-        return DTYPES[self.dtype]
-
-    @property
     def slot_bytes(self) -> int:
         return self.dim * self.state_len * self.elem
-
-    @property
-    def cols(self) -> int:
-        return len(self.idx[0]) if self.idx else 1
 
     @property
     def size(self) -> tuple:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int,
-                                       check_int_list, index_table, one_of, optional_int_list)
+from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, UPDATE_PADS, boolean, check_int, one_of,
+                                       optional_int_list)
+from mambafuzz.contracts.cases.updates import UpdateCase
 
 DTYPES = FLOAT_DTYPES
 LAYOUTS = ("dim", "token")
@@ -26,29 +27,18 @@ PADS = UPDATE_PADS
 
 
 @dataclass(frozen=True)
-class ConvUpdateCase(CaseBase):
+class ConvUpdateCase(UpdateCase):
     contract: ClassVar[str] = "conv_update"
     FIELD_CHECKS: ClassVar[dict] = {
-        "arena_size": lambda v: check_int("arena_size", v, 1),
-        "dtype": one_of("dtype", tuple(DTYPES)),
         "layout": one_of("layout", LAYOUTS),
-        "offset": lambda v: check_int("offset", v, 0),
-        "slots": lambda v: check_int("slots", v, 1),
         "dim": lambda v: check_int("dim", v, 1),
         "state_len": lambda v: check_int("state_len", v, 1),
-        "slot_stride": lambda v: check_int("slot_stride", v, 1),
         "width": lambda v: check_int("width", v, 2),
         "bias": boolean("bias"),
         "silu": boolean("silu"),
         "varlen": boolean("varlen"),
-        "lens": lambda v: check_int_list("lens", v, 0, high=TOKENS),
-        "idx": index_table("idx", "B"),
-        "idx_2d": boolean("idx_2d"),
-        "idx_stride": lambda v: check_int("idx_stride", v, 1, TOKENS),
-        "nacc": optional_int_list("nacc", 0, INT32 - 1),
         "init": optional_int_list("init", 0, INT32 - 1),
         "last": optional_int_list("last", 0, INT32 - 1),
-        "pad": one_of("pad", PADS),
     }
     arena_size: int
     dtype: str
@@ -74,16 +64,8 @@ class ConvUpdateCase(CaseBase):
     perturb: tuple[int, int, int, int, int] | None = None
 
     @property
-    def elem(self) -> int:
-        return DTYPES[self.dtype]
-
-    @property
     def slot_bytes(self) -> int:
         return self.dim * self.state_len * self.elem
-
-    @property
-    def cols(self) -> int:
-        return len(self.idx[0]) if self.idx else 1
 
     @property
     def size(self) -> tuple:

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int,
-                                       check_int_list, index_table, one_of, optional_int_list)
+from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, UPDATE_PADS, boolean, check_int, index_table, one_of,
+                                       optional_int_list)
+from mambafuzz.contracts.cases.updates import UpdateCase
 
 DTYPES = FLOAT_DTYPES
 LAYOUTS = ("vk", "kv")
@@ -27,24 +28,16 @@ PADS = UPDATE_PADS
 
 
 @dataclass(frozen=True)
-class DeltaUpdateCase(CaseBase):
+class DeltaUpdateCase(UpdateCase):
     contract: ClassVar[str] = "delta_update"
     FIELD_CHECKS: ClassVar[dict] = {
-        "arena_size": lambda v: check_int("arena_size", v, 1),
-        "dtype": one_of("dtype", tuple(DTYPES)),
         "act_dtype": one_of("act_dtype", tuple(DTYPES)),
         "layout": one_of("layout", LAYOUTS),
-        "slots": lambda v: check_int("slots", v, 1),
         "heads": lambda v: check_int("heads", v, 1),
         "group": lambda v: check_int("group", v, 1),
         "key_dim": lambda v: check_int("key_dim", v, 1),
         "value_dim": lambda v: check_int("value_dim", v, 1),
-        "lens": lambda v: check_int_list("lens", v, 0, high=TOKENS),
         "idx": index_table("idx", "N"),
-        "idx_2d": boolean("idx_2d"),
-        "idx_stride": lambda v: check_int("idx_stride", v, 1, TOKENS),
-        "nacc": optional_int_list("nacc", 0, INT32 - 1),
-        "pad": one_of("pad", PADS),
         "kda": boolean("kda"),
         "beta_per_v": boolean("beta_per_v"),
         "l2norm": boolean("l2norm"),
@@ -77,10 +70,6 @@ class DeltaUpdateCase(CaseBase):
     perturb: tuple[int, int, int, int, int] | None = None
 
     @property
-    def elem(self) -> int:
-        return DTYPES[self.dtype]
-
-    @property
     def value_heads(self) -> int:
         return self.heads * self.group
 
@@ -91,10 +80,6 @@ class DeltaUpdateCase(CaseBase):
     @property
     def slot_bytes(self) -> int:
         return self.value_heads * self.head_elems * self.elem
-
-    @property
-    def cols(self) -> int:
-        return len(self.idx[0]) if self.idx else 1
 
     @property
     def size(self) -> tuple:

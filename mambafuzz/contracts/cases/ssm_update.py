@@ -19,33 +19,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int,
-                                       check_int_list, index_table, one_of, optional_int_list)
+from mambafuzz.contracts.cases import (FLOAT_DTYPES, TOKENS, UPDATE_PADS, boolean, check_int, index_table,
+                                       one_of)
+from mambafuzz.contracts.cases.updates import UpdateCase
 
 DTYPES = FLOAT_DTYPES
 PADS = UPDATE_PADS
 
 
 @dataclass(frozen=True)
-class SsmUpdateCase(CaseBase):
+class SsmUpdateCase(UpdateCase):
     contract: ClassVar[str] = "ssm_update"
+    INDEX_FIELDS: ClassVar[tuple[str, ...]] = ("src", "dst")
     FIELD_CHECKS: ClassVar[dict] = {
-        "arena_size": lambda v: check_int("arena_size", v, 1),
-        "dtype": one_of("dtype", tuple(DTYPES)),
         "io_dtype": one_of("io_dtype", tuple(DTYPES)),
-        "offset": lambda v: check_int("offset", v, 0),
-        "slots": lambda v: check_int("slots", v, 1),
         "heads": lambda v: check_int("heads", v, 1),
         "groups": lambda v: check_int("groups", v, 1),
         "dim": lambda v: check_int("dim", v, 1),
         "dstate": lambda v: check_int("dstate", v, 1),
-        "slot_stride": lambda v: check_int("slot_stride", v, 1),
-        "lens": lambda v: check_int_list("lens", v, 0, high=TOKENS),
         "src": index_table("src", optional=False),
         "dst": index_table("dst", optional=True),
         "idx_col_stride": lambda v: check_int("idx_col_stride", v, 1, TOKENS),
         "idx_row_stride": lambda v: check_int("idx_row_stride", v, 1, TOKENS),
-        "nacc": optional_int_list("nacc", 0, INT32 - 1),
         "varlen": boolean("varlen"),
         "has_z": boolean("has_z"),
         "has_d": boolean("has_d"),
@@ -53,7 +48,6 @@ class SsmUpdateCase(CaseBase):
         "softplus": boolean("softplus"),
         "a_per_head": boolean("a_per_head"),
         "exact": boolean("exact"),
-        "pad": one_of("pad", PADS),
     }
     arena_size: int
     dtype: str
@@ -83,16 +77,8 @@ class SsmUpdateCase(CaseBase):
     perturb: tuple[int, int, int, int, int] | None = None
 
     @property
-    def elem(self) -> int:
-        return DTYPES[self.dtype]
-
-    @property
     def slot_bytes(self) -> int:
         return self.heads * self.dim * self.dstate * self.elem
-
-    @property
-    def cols(self) -> int:
-        return len(self.src[0]) if self.src else 1
 
     @property
     def size(self) -> tuple:
