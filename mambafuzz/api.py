@@ -68,7 +68,7 @@ def _target(fn, contract: str, name: str | None, overlap: str):
     """A user Target for `fn`; a replayable name (module:function) when there is one."""
     from mambafuzz.kernels import registry
 
-    from mambafuzz.cli.targets import user_target
+    from mambafuzz.control.targets import user_target
 
     spec = _spec_of(fn)
     if name is None:
@@ -221,7 +221,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
                          ("shrink_time", shrink_time), ("time", time or 1)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise UsageError(f"check(): {label} must be a positive number, got {value!r}")
-    from mambafuzz.run import device as device_mod  # imported here: it notes TRITON_INTERPRET as the process had it
+    from mambafuzz.control import device as device_mod  # imported here: it notes TRITON_INTERPRET as the process had it
 
     device = device_mod.select(device)  # before anything below imports the kernels
 
@@ -229,7 +229,7 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
 
     from mambafuzz import contracts
     from mambafuzz.run import runner
-    from mambafuzz.run.clock import Deadline
+    from mambafuzz.control.clock import Deadline
     from mambafuzz.search.fuzz import FuzzOptions, check_database
 
     spec = contracts.get(contract)

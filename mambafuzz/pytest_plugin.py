@@ -117,8 +117,8 @@ def pytest_configure(config):
     if not chosen and not os.environ.get("MAMBAFUZZ_DEVICE") and os.environ.get("TRITON_INTERPRET") is None \
             and not gpu_present():  # without a GPU every compiled kernel fails: interpret them (race check)
         chosen, header = "cpu", "mambafuzz: no GPU found: device cpu (Triton's interpreter, race check)"
-    if chosen:  # mambafuzz.run.device is imported only then: it notes the TRITON_INTERPRET the run started with
-        from mambafuzz.run import device
+    if chosen:  # mambafuzz.control.device is imported only then: it notes the TRITON_INTERPRET the run started with
+        from mambafuzz.control import device
 
         try:
             ctx["device"] = device.select(chosen)  # before test modules define their kernels

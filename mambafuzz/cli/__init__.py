@@ -14,11 +14,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from mambafuzz.run import interrupt
-from mambafuzz.report import outcome
-from mambafuzz.run import device as device_mod
+from mambafuzz.control import interrupt
+from mambafuzz.control import exits
+from mambafuzz.control import device as device_mod
 from mambafuzz.errors import UsageError
-from mambafuzz.report.outcome import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE
+from mambafuzz.control.exits import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class _Console:
@@ -53,7 +53,7 @@ class BadUsage(SystemExit):
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, fill=None, **kwargs):
         kwargs.setdefault("formatter_class", _Formatter)
-        kwargs.setdefault("epilog", outcome.table_text())
+        kwargs.setdefault("epilog", exits.table_text())
         super().__init__(*args, **kwargs)
         self.fill = fill  # adds this command's arguments on first use (build_parser)
 
@@ -425,14 +425,14 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
     from mambafuzz.run import runner
 
     from mambafuzz.run import precompile
-    from mambafuzz.run.clock import Deadline
+    from mambafuzz.control.clock import Deadline
 
     deadline = Deadline(args.time)  # --time: the run's one clock, started when fuzzing can
 
     gpus = _gpu_list(args.gpus, device)
     per_gpu = 1
     if device == "cuda" and (isolate or args.gpus):
-        from mambafuzz.run.mps import default_workers_per_gpu
+        from mambafuzz.control.mps import default_workers_per_gpu
         if args.workers_per_gpu != "auto":
             per_gpu = args.workers_per_gpu
         elif auto_per_gpu:
@@ -517,7 +517,7 @@ def _check_signatures(targets) -> None:
 def cmd_fuzz(args, *, smoke: bool = False) -> int:
     device = device_mod.select(args.device)
     from mambafuzz.kernels import registry
-    from mambafuzz.cli.targets import resolve
+    from mambafuzz.control.targets import resolve
 
     if smoke:  # the quick torch paths first: the time they leave of --time goes to the kernels after them
         targets = sorted((t for t in registry.all_targets() if t.kind in ("correct", "torch") and device in t.devices),
@@ -539,7 +539,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
         reports, fleet_lines, campaign = fleet_command.after(fleet, reports)
         statuses = fleet_command.statuses(reports, campaign)
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
-    code = outcome.exit_code(statuses, interrupted)
+    code = exits.exit_code(statuses, interrupted)
     interrupt.hold()  # the verdict is decided: no signal changes it now
     if args.json:
         _emit(_report_json(args.command, device, opts.mode, interrupted, code,
@@ -582,7 +582,7 @@ def cmd_zoo(args) -> int:
     or its finding is of another kind), 3 if one could not be checked."""
     device = device_mod.select(args.device)
     from mambafuzz.kernels import registry
-    from mambafuzz.cli.targets import resolve
+    from mambafuzz.control.targets import resolve
 
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
     opts = _fuzz_options(args, device)
@@ -603,7 +603,7 @@ def cmd_zoo(args) -> int:
     unchecked = [r.target for r in reports if r.status == "inconclusive"]
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
     all_caught = all(row["caught"] for row in rows) and len(rows) == len(targets)
-    code = outcome.zoo_exit_code(bool(escaped), all_caught, interrupted)
+    code = exits.zoo_exit_code(bool(escaped), all_caught, interrupted)
     if args.json:
         _emit(_report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
         return code
@@ -667,7 +667,7 @@ def cmd_replay(args) -> int:
         device = device_mod.select(args.device)  # before any import of the kernels, a user's module too
         against = None
         if args.against:
-            from mambafuzz.cli.targets import load_user_fn, resolve_one
+            from mambafuzz.control.targets import load_user_fn, resolve_one
             if ":" in args.against:
                 load_user_fn(args.against)  # a missing module is one error, not one per file
                 against = Against(args.against, args.contract, args.overlap)

@@ -11,7 +11,7 @@ Each file gets one row, whatever happens to the others:
   the kernel) or mambafuzz itself failed.
 
 ``exit_code`` turns the rows into the command's exit code
-(``outcome.replay_exit_code``): 1 if any file still fails; else 2 if any
+(``exits.replay_exit_code``): 1 if any file still fails; else 2 if any
 could not run; else 3 if any was inconclusive; else 0.
 
 A file of kind ``fault``, ``crash`` or ``hang`` (and every file on ``cuda``)
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mambafuzz import findings
 from mambafuzz.judge.engine import FAULT_KINDS, Verdict, run_case
-from mambafuzz.report import outcome
+from mambafuzz.control import exits
 from mambafuzz.errors import Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.signature import check as check_signature
 
@@ -106,7 +106,7 @@ def _as_against(against) -> Against | None:
 
 
 def _target_for(record: findings.CrashRecord, against: Against | None):
-    from mambafuzz.cli.targets import resolve_one
+    from mambafuzz.control.targets import resolve_one
 
     contract = record.case.contract
     if against is None:
@@ -150,7 +150,7 @@ def replay_one(record: findings.CrashRecord, *, device: str, reps: int | None, m
 
 
 def _child(path, device, reps, mode, against, conn) -> None:
-    from mambafuzz.run import device as device_mod
+    from mambafuzz.control import device as device_mod
 
     try:
         device_mod.select(device)
@@ -213,7 +213,7 @@ def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str
 
 
 def exit_code(rows: list[ReplayRow]) -> int:
-    """The rows' exit code (``outcome.replay_exit_code``); no rows is bad input."""
+    """The rows' exit code (``exits.replay_exit_code``); no rows is bad input."""
     statuses = {r.status for r in rows}
-    return outcome.replay_exit_code(STILL_FAILING in statuses, COULD_NOT_RUN in statuses or not rows,
+    return exits.replay_exit_code(STILL_FAILING in statuses, COULD_NOT_RUN in statuses or not rows,
                                     INCONCLUSIVE in statuses)

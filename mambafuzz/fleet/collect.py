@@ -27,7 +27,7 @@ from mambafuzz.errors import UsageError
 from mambafuzz.fleet import buckets, hub
 from mambafuzz.fleet.hub import Keys
 from mambafuzz.fleet.outbox import Outbox
-from mambafuzz.report import outcome
+from mambafuzz.control import exits
 from mambafuzz.report.load import CAMPAIGN_SCHEMA as SCHEMA, CAMPAIGN_SUMMARY as SUMMARY
 
 TEXT = "campaign.txt"
@@ -72,7 +72,7 @@ def send_from(client, folders: list[Path]) -> int:
 
 
 def _status(row: dict, counted: bool, waiting: bool, min_examples: int) -> str:
-    """A target's outcome over the whole campaign (``outcome.exit_code``'s words)."""
+    """A target's outcome over the whole campaign (``exits.exit_code``'s words)."""
     if counted:
         return "finding"
     done = row.get("done") or {}
@@ -179,7 +179,7 @@ def collect(url: str, out: Path | None, *, campaign: str | None = None, from_dir
                 written["fleet"]["campaign"] = name
                 findings.atomic_write_json(path, written)
         body["files"] = [row["file"] for row in body["buckets"] if row["file"]]
-        body["exit_code"] = code = outcome.exit_code([t["status"] for t in body["targets"]])
+        body["exit_code"] = code = exits.exit_code([t["status"] for t in body["targets"]])
         findings.atomic_write_json(out / SUMMARY, body)
         (out / TEXT).write_text("\n".join(lines(body, out)) + "\n")
     except OSError as exc:

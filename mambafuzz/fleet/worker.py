@@ -35,7 +35,7 @@ from mambafuzz.fleet import box, buckets, confirm, hub, leases
 from mambafuzz.fleet.buckets import Pushed
 from mambafuzz.fleet.hub import HubDown, Keys
 from mambafuzz.fleet.outbox import Outbox
-from mambafuzz.run import interrupt
+from mambafuzz.control import interrupt
 
 POLL = 0.5          # seconds between asks while every open target has its workers, or the hub is down
 FINAL_FLUSH = 5.0   # seconds a leaving worker gives the hub to take what waits

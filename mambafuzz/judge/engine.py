@@ -263,7 +263,7 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     except (CaseError, Rejected, Inconclusive, InternalError):
         raise
     except Exception as exc:
-        from mambafuzz.run import mps  # the worker's sharing of its GPU, as the session set it up
+        from mambafuzz.control import mps  # the worker's sharing of its GPU, as the session set it up
 
         if type(exc).__name__ == "OutOfMemoryError" and os.environ.get(mps.SHARE_ENV):
             # several workers share the GPU (run.mps): the case is too big for this one's share; the

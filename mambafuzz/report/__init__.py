@@ -1,10 +1,8 @@
-"""`mambafuzz report`: one static HTML page from a saved JSON report, a session or crash files; and the
-exit codes every command ends with (``outcome.py``).
+"""`mambafuzz report`: one static HTML page from a saved JSON report, a session or crash files.
 
 ``load`` reads and checks the input (``report/load.py``); ``render`` draws the
 page (``report/render.py``, plotly: the optional extra ``mambafuzz[report]``).
-They load on first use: the CLI imports ``report.outcome`` at start-up, and
-``--help`` needs neither numpy nor the contracts they read.
+They load on first use: ``--help`` needs neither numpy nor the contracts they read.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mambafuzz import findings
-from mambafuzz.run.mps import LOG_ENV, PIPE_ENV, SHARE_ENV, environ
+from mambafuzz.control.mps import LOG_ENV, PIPE_ENV, SHARE_ENV, environ
 
 
 def _alone_on(gpu: int | None):

@@ -142,9 +142,9 @@ def _cases(task: Task, job: dict, state: dict) -> list:
 
 def warm(task: Task, job: dict, state: dict) -> str | None:
     """Run the target's first cases under `task.perturb` in compile-only mode; None, or what went wrong."""
-    from mambafuzz.run import device
+    from mambafuzz.control import device
     from mambafuzz.judge.engine import run_case
-    from mambafuzz.cli.targets import resolve
+    from mambafuzz.control.targets import resolve
 
     if "device" not in state:
         state["device"] = device.select(job["device"])

@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mambafuzz import findings, strategies
-from mambafuzz.run import interrupt
+from mambafuzz.control import interrupt
 from mambafuzz.contracts import case_from_json
 from mambafuzz.judge.engine import Verdict
 from mambafuzz.errors import CaseError, InternalError, UsageError
 from mambafuzz.search.features import Tally
 from mambafuzz.findings import Finding, atomic_write_json
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, second_turns, write_error
-from mambafuzz.run.clock import Deadline
-from mambafuzz.run.mps import memory_share
-from mambafuzz.report.outcome import WORKER_CONTEXT_LOST, WORKER_DONE, WORKER_NO_DEVICE
+from mambafuzz.control.clock import Deadline
+from mambafuzz.control.mps import memory_share
+from mambafuzz.control.exits import WORKER_CONTEXT_LOST, WORKER_DONE, WORKER_NO_DEVICE
 
 
 FALSE_STARTS = 3  # a worker slot that dies this often before it is ready stops being restarted
@@ -73,7 +73,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         pass
     if spec.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
-    from mambafuzz.run import device as device_mod
+    from mambafuzz.control import device as device_mod
 
     try:
         device_mod.select(spec.device)
@@ -82,7 +82,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         conn.close()
         os._exit(WORKER_NO_DEVICE)
     if spec.memory_share is not None:
-        from mambafuzz.run.mps import bound_memory
+        from mambafuzz.control.mps import bound_memory
         bound_memory(spec.memory_share)
     interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
 
@@ -133,7 +133,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
 
 def _resolved(entry: dict):
     """The target a session entry names (UsageError when it cannot be loaded)."""
-    from mambafuzz.cli.targets import resolve
+    from mambafuzz.control.targets import resolve
 
     return resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
 
@@ -185,7 +185,7 @@ class SessionOptions:
     options: dict                      # FuzzOptions fields, plain (profile by name)
     workers: int = 1
     gpus: list[int] | None = None
-    workers_per_gpu: int = 1           # on cuda: workers fuzzing each GPU at once (run.mps)
+    workers_per_gpu: int = 1           # on cuda: workers fuzzing each GPU at once (control.mps)
     hang_timeout: float = 120.0
     state_dir: Path | None = Path(".mambafuzz/sessions")
     fresh: bool = False

@@ -19,7 +19,7 @@ is not a valid example (Hypothesis draws another); while shrinking it is not a
 failure.  Too few valid examples stay inconclusive.
 
 Every report says why its target stopped (``STOPS``) and what that means
-(``TargetReport.status``); ``outcome.exit_code`` turns statuses into the
+(``TargetReport.status``); ``exits.exit_code`` turns statuses into the
 process's exit code.
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ from mambafuzz import strategies
 from mambafuzz import findings
 from mambafuzz.search import features
 from mambafuzz.search import flaky
-from mambafuzz.run import interrupt
-from mambafuzz.run.clock import Deadline
+from mambafuzz.control import interrupt
+from mambafuzz.control.clock import Deadline
 from mambafuzz import contracts
 from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts.cases import Case

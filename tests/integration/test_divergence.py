@@ -14,12 +14,12 @@ from mambafuzz import findings
 from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.findings.replay import STILL_FAILING, replay_one
 from mambafuzz.judge.engine import run_case
-from mambafuzz.run import device
+from mambafuzz.control import device
 
 from mambafuzz.cli import replay_lines  # noqa: E402
 
 device.select("cpu")
-from mambafuzz.cli.targets import resolve_one  # noqa: E402
+from mambafuzz.control.targets import resolve_one  # noqa: E402
 
 CASE = BatchCopyCase(arena_size=64, copies=((0, 32, 13),), seed=3)
 

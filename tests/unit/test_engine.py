@@ -13,7 +13,7 @@ import pytest
 from mambafuzz.kernels import registry
 from mambafuzz import findings
 from mambafuzz.judge.engine import run_case
-from mambafuzz.run.clock import Deadline
+from mambafuzz.control.clock import Deadline
 from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.judge.materialize import fill_bytes, materialize
 from mambafuzz.findings.replay import replay

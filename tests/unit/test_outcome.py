@@ -1,4 +1,4 @@
-"""Exit codes: one mapping per command in report/outcome.py, and no exit status written as a number
+"""Exit codes: one mapping per command in control/exits.py, and no exit status written as a number
 anywhere else in mambafuzz/ (an AST walk, so comments, strings and unrelated returns never trip it)."""
 import ast
 from pathlib import Path
@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from mambafuzz.findings.replay import COULD_NOT_RUN, FIXED, INCONCLUSIVE, STILL_FAILING, ReplayRow, exit_code
-from mambafuzz.report import outcome
-from mambafuzz.report.outcome import (EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE,
+from mambafuzz.control import exits
+from mambafuzz.control.exits import (EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE,
                                       replay_exit_code, zoo_exit_code)
 
-PACKAGE = Path(outcome.__file__).resolve().parents[1]
+PACKAGE = Path(exits.__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("statuses, interrupted, code", [
@@ -22,7 +22,7 @@ PACKAGE = Path(outcome.__file__).resolve().parents[1]
     ([], False, EXIT_INCONCLUSIVE),                                # nothing checked is not clean
 ])
 def test_fuzz_and_smoke(statuses, interrupted, code):
-    assert outcome.exit_code(statuses, interrupted) == code
+    assert exits.exit_code(statuses, interrupted) == code
 
 
 @pytest.mark.parametrize("escaped, all_caught, interrupted, code", [
@@ -51,15 +51,15 @@ def test_replay(statuses, code):
 
 
 def test_every_code_means_one_thing_and_the_help_table_lists_each_once():
-    codes = [code for code, _ in outcome.TABLE]
+    codes = [code for code, _ in exits.TABLE]
     assert sorted(codes) == sorted({EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED})
-    workers = {outcome.WORKER_DONE, outcome.WORKER_CONTEXT_LOST}
-    assert len(workers) == 2 and outcome.WORKER_CONTEXT_LOST not in codes  # never a command's exit code
-    text = outcome.table_text()
+    workers = {exits.WORKER_DONE, exits.WORKER_CONTEXT_LOST}
+    assert len(workers) == 2 and exits.WORKER_CONTEXT_LOST not in codes  # never a command's exit code
+    text = exits.table_text()
     assert all(f"  {code:<4} " in text for code in codes) and max(map(len, text.splitlines())) <= 80
 
 
-# ------------------------------------------------------------------ no literal exit status outside outcome.py
+# ------------------------------------------------------------------ no literal exit status outside control/exits.py
 EXITS = {"exit", "_exit", "SystemExit", "quit"}       # sys.exit, os._exit, raise SystemExit, parser.exit
 STATUS_ATTRS = {"exitcode", "returncode"}            # a child process's status, compared
 ENTRY = ("main", "cmd_")                             # functions whose int return is an exit status (and
@@ -90,7 +90,7 @@ def _literal_status(node, function: str) -> str | None:
         if any(_name(t) in CODE_NAMES for t in targets):
             return "code = <int>"
         if any(_name(t).isupper() and ("EXIT" in _name(t) or _name(t).startswith("WORKER_")) for t in targets):
-            return "an exit code named outside outcome.py"
+            return "an exit code named outside control/exits.py"
     if isinstance(node, ast.keyword) and node.arg in CODE_NAMES and _is_int(node.value):
         return "code=<int>"
     if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value in CODE_NAMES and _is_int(v)
@@ -142,7 +142,7 @@ def exit_code(rows):
     emit(report(code=3), {"exit_code": 0})
 """
     assert [what for _, _, what in literal_exit_statuses(ast.parse(source))] == [
-        "return <int> from a command", "exit(<int>)", "an exit code named outside outcome.py", "_exit(<int>)",
+        "return <int> from a command", "exit(<int>)", "an exit code named outside control/exits.py", "_exit(<int>)",
         "SystemExit(<int>)",
         "a process status compared with <int>", "code = <int>", "return <int> from a command", "code=<int>",
         '{"exit_code": <int>}']
@@ -152,9 +152,9 @@ def test_no_exit_status_is_a_number_outside_outcome_py():
     bad = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel == "report/outcome.py":
+        if rel == "control/exits.py":
             continue
         for function, line, what in literal_exit_statuses(ast.parse(path.read_text(), str(path))):
             if (rel, function) not in KNOWN:
                 bad.append(f"mambafuzz/{rel}:{line} in {function or '<module>'}: {what}")
-    assert not bad, "exit statuses belong in report/outcome.py:\n" + "\n".join(bad)
+    assert not bad, "exit statuses belong in control/exits.py:\n" + "\n".join(bad)
