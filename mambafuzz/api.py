@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mambafuzz.control import exits
 from mambafuzz.errors import Failure, Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.signature import check as check_signature
 
@@ -255,11 +256,12 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     replayed = _replay_saved(target, opts, replayable)
     report = runner.run_in_process([target], opts, deadline=Deadline(time))[0]  # the run's one clock
     report.replayed = replayed
-    if report.finding is not None:
+    code = exits.exit_code([report.status])  # what the CLI would exit with, as pytest's outcome
+    if code == exits.EXIT_FINDINGS:
         raise _failure(report.finding, replayable, replayed=False, report=report)
-    if report.status == "interrupted":
+    if code == exits.EXIT_INTERRUPTED:
         raise KeyboardInterrupt(f"mambafuzz: {target.name} interrupted")
-    if report.status != "clean":
+    if code != exits.EXIT_CLEAN:
         exc = Inconclusive(inconclusive_text(target.name, report.why, device))
         exc.report = report
         raise exc

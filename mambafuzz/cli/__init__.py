@@ -18,7 +18,7 @@ from mambafuzz.control import interrupt
 from mambafuzz.control import exits
 from mambafuzz.control import device as device_mod
 from mambafuzz.errors import UsageError
-from mambafuzz.control.exits import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_USAGE
+from mambafuzz.control.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class _Console:
@@ -467,7 +467,7 @@ def cmd_list(args) -> int:
         _emit(json.dumps([{"name": t.name, "contract": t.contract, "kind": t.kind, "overlap": t.overlap,
                            "bug": t.bug, "devices": list(t.devices), "description": t.description}
                           for t in targets], indent=2))
-        return EXIT_CLEAN
+        return exits.exit_code(["done"])
     from rich.table import Table
 
     table = Table(title="mambafuzz targets")
@@ -480,7 +480,7 @@ def cmd_list(args) -> int:
         print(line)
     for line in option_lines():
         print(line)
-    return EXIT_CLEAN
+    return exits.exit_code(["done"])
 
 
 def option_lines(width: int = 80) -> list[str]:
@@ -602,8 +602,10 @@ def cmd_zoo(args) -> int:
                or (r.finding is not None and not row["caught"])]
     unchecked = [r.target for r in reports if r.status == "inconclusive"]
     interrupted = interrupt.requested() or any(r.interrupted for r in reports)
-    all_caught = all(row["caught"] for row in rows) and len(rows) == len(targets)
-    code = exits.zoo_exit_code(bool(escaped), all_caught, interrupted)
+    # each row in words: escaped, caught, or not checked (so for a signal: interrupted); a row never run too
+    unchecked_word = "interrupted" if interrupted else "inconclusive"
+    code = exits.exit_code(["escaped" if r.target in escaped else "caught" if row["caught"] else unchecked_word
+                            for r, row in zip(reports, rows)] + [unchecked_word] * (len(targets) - len(rows)))
     if args.json:
         _emit(_report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
         return code
@@ -655,7 +657,7 @@ def cmd_replay(args) -> int:
     file's row says why).
     """
     from mambafuzz import findings
-    from mambafuzz.findings.replay import COULD_NOT_RUN, Against, ReplayRow, exit_code, replay
+    from mambafuzz.findings.replay import COULD_NOT_RUN, Against, ReplayRow, replay
 
     files: list[Path] = []
     try:
@@ -675,7 +677,7 @@ def cmd_replay(args) -> int:
                 against = Against(resolve_one(args.against, contract="").name)
     except UsageError as exc:
         if args.json:  # still JSON: every file found could not run, for this one reason
-            _emit(_report_json("replay", args.device, args.mode, False, EXIT_USAGE, error=str(exc),
+            _emit(_report_json("replay", args.device, args.mode, False, exits.exit_code(error=exc), error=str(exc),
                                files=[ReplayRow(f, args.against or "?", COULD_NOT_RUN, reason=str(exc)).to_json()
                                       for f in files]))
         raise
@@ -684,7 +686,7 @@ def cmd_replay(args) -> int:
         if r.status == COULD_NOT_RUN:
             reason = r.reason if str(r.path) in r.reason else f"{r.path}: {r.reason}"
             err.print(f"mambafuzz: error: {reason}", highlight=False)
-    code = exit_code(rows)
+    code = exits.exit_code([r.status for r in rows] or [COULD_NOT_RUN])  # no file at all is bad input
     interrupt.hold()  # the verdict is decided: no signal changes it now
     if args.json:
         mode = args.mode or (None if device == "cpu" else "compare")  # None: each file's recorded mode
@@ -732,7 +734,7 @@ def cmd_report(args) -> int:
     report = build(args.path, args.output)
     found = sum(t.finding is not None for t in report.targets)
     print(f"wrote {args.output} ({len(report.targets) or len(report.files)} row(s), {found} finding(s))")
-    return EXIT_CLEAN
+    return exits.exit_code(["done"])
 
 
 def cmd_collect(args) -> int:
@@ -758,7 +760,7 @@ def cmd_selfcheck(args) -> int:
     failures = run_selfcheck()
     for name, ok, detail in failures:
         out.print(f"{'[green]ok[/]' if ok else '[red]FAIL[/]'} {name}{': ' + detail if detail else ''}")
-    return EXIT_CLEAN if all(ok for _, ok, _ in failures) else EXIT_FINDINGS
+    return exits.exit_code(["clean" if ok else "finding" for _, ok, _ in failures])
 
 
 COMMANDS = {"list": cmd_list, "fuzz": cmd_fuzz, "smoke": lambda a: cmd_fuzz(a, smoke=True), "zoo": cmd_zoo,
@@ -834,20 +836,20 @@ def main(argv: list[str] | None = None) -> int:
         with _stdout_to_stderr(json_out):
             code = COMMANDS[args.command](args)
     except BadUsage as exc:  # argparse's: printed already
-        code, message = EXIT_USAGE, exc.message
+        code, message = exits.exit_code(error=exc), exc.message
     except UsageError as exc:
         err.print(f"mambafuzz: error: {exc}", highlight=False, markup=False)  # "mambafuzz[report]" is no tag
-        code, message = EXIT_USAGE, str(exc)
-    except KeyboardInterrupt:  # a second signal: stop now
+        code, message = exits.exit_code(error=exc), str(exc)
+    except KeyboardInterrupt as exc:  # a second signal: stop now
         err.print("mambafuzz: interrupted", highlight=False)
-        code, message = EXIT_INTERRUPTED, "interrupted: a second signal stopped the run at once"
+        code, message = exits.exit_code(error=exc), "interrupted: a second signal stopped the run at once"
     except Exception as exc:  # noqa: BLE001 - a bug of mambafuzz: never exit 1, which means findings
         if os.environ.get("MAMBAFUZZ_DEBUG"):
             import traceback
             traceback.print_exc()
         message = f"internal error in mambafuzz: {type(exc).__name__}: {exc} (MAMBAFUZZ_DEBUG=1 shows where)"
         err.print(f"mambafuzz: {message}", highlight=False, markup=False)
-        code = EXIT_INCONCLUSIVE
+        code = exits.exit_code(error=exc)
     finally:
         if program:
             interrupt.hold()

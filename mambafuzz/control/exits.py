@@ -1,11 +1,15 @@
-"""Exit codes: each means one thing; the functions here are the only place that picks one.
+"""Exit codes: each means one thing, and ``exit_code`` is the one function that picks one.
 
-``exit_code`` (fuzz, smoke), ``zoo_exit_code`` and ``replay_exit_code`` turn
-a command's results into its code; the CLI uses the names below for the rest.
-No other module in mambafuzz writes an exit status as a number
-(tests/unit/test_outcome.py checks).
+Every command (fuzz, smoke, zoo, replay, collect, selfcheck, the CLI's errors), every worker process
+(a session's, a fleet box's, the CPU witness child) and ``mambafuzz.check`` (what the pytest plugin
+runs) say how they ended in words (``STATUS_CODES``: a target's status, a replayed file's, a worker's)
+or hand over the exception that ended them (``ERROR_CODES``); ``exit_code`` turns that into the code.
+No other module in mambafuzz writes an exit status as a number (tests/unit/test_outcome.py checks).
 """
 from __future__ import annotations
+
+from mambafuzz.control.interrupt import StopRequested
+from mambafuzz.errors import UsageError
 
 EXIT_CLEAN = 0          # every target clean, with enough valid examples
 EXIT_FINDINGS = 1       # at least one finding (wins over everything else)
@@ -39,32 +43,39 @@ def table_text(width: int = 79) -> str:
     return "\n".join(lines)
 
 
-def exit_code(statuses: list[str], interrupted: bool = False) -> int:
-    """From target statuses (finding | clean | inconclusive | interrupted) to one exit code."""
-    if "finding" in statuses:
-        return EXIT_FINDINGS
-    if interrupted or "interrupted" in statuses:
-        return EXIT_INTERRUPTED
-    if not statuses or any(s != "clean" for s in statuses):
-        return EXIT_INCONCLUSIVE
-    return EXIT_CLEAN
+# A status word -> its code.  Targets: finding | clean | inconclusive | interrupted; zoo rows: escaped |
+# caught; replayed files: still failing | fixed | could not run | inconclusive; workers: done |
+# context lost | no device.  A word not listed is inconclusive (nothing says it was checked).
+STATUS_CODES = {
+    "finding": EXIT_FINDINGS, "escaped": EXIT_FINDINGS, "still failing": EXIT_FINDINGS,
+    "could not run": EXIT_USAGE,
+    "interrupted": EXIT_INTERRUPTED,
+    "inconclusive": EXIT_INCONCLUSIVE,
+    "clean": EXIT_CLEAN, "caught": EXIT_CLEAN, "fixed": EXIT_CLEAN,
+    "context lost": WORKER_CONTEXT_LOST, "no device": WORKER_NO_DEVICE, "done": WORKER_DONE,
+}
+# Which code wins when the words differ: a finding over everything, bad input over what was not run, ...
+SEVERITY = (EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, WORKER_CONTEXT_LOST, WORKER_NO_DEVICE, EXIT_INCONCLUSIVE,
+            EXIT_CLEAN)
 
 
-def zoo_exit_code(escaped: bool, all_caught: bool, interrupted: bool = False) -> int:
-    """zoo: a variant escaped (ran clean, or was found as a kind its row does not declare) gives 1;
-    else one not caught (not checked, not run) gives 130 if interrupted, 3 if not; else 0."""
-    if escaped:
-        return EXIT_FINDINGS
-    if not all_caught:
-        return EXIT_INTERRUPTED if interrupted else EXIT_INCONCLUSIVE
-    return EXIT_CLEAN
+# The exception that ended a command -> its code: the first class that matches.
+ERROR_CODES = (
+    (UsageError, EXIT_USAGE),
+    (SystemExit, EXIT_USAGE),               # argparse's own error (cli.parser.BadUsage), printed already
+    (KeyboardInterrupt, EXIT_INTERRUPTED),  # a second signal: stopped at once
+    (StopRequested, EXIT_INTERRUPTED),
+    (Exception, EXIT_INCONCLUSIVE),         # a bug of mambafuzz: never 1, which means findings
+)
 
 
-def replay_exit_code(still_failing: bool, could_not_run: bool, inconclusive: bool) -> int:
-    """replay: a file still fails gives 1; else one could not run (bad input, or no file) 2; else one
-    inconclusive 3; else 0."""
-    if still_failing:
-        return EXIT_FINDINGS
-    if could_not_run:
-        return EXIT_USAGE
-    return EXIT_INCONCLUSIVE if inconclusive else EXIT_CLEAN
+def exit_code(statuses=(), interrupted: bool = False, *, error: BaseException | None = None) -> int:
+    """The one exit code: of the exception that ended the run (`error`), else of its status words
+    (the most severe wins; none at all is inconclusive: nothing checked is not clean).  `interrupted`:
+    a stop signal came, which counts as the word "interrupted"."""
+    if error is not None:
+        return next((code for kind, code in ERROR_CODES if isinstance(error, kind)), EXIT_INCONCLUSIVE)
+    codes = {STATUS_CODES.get(s, EXIT_INCONCLUSIVE) for s in statuses}
+    if interrupted:
+        codes.add(EXIT_INTERRUPTED)
+    return next((code for code in SEVERITY if code in codes), EXIT_INCONCLUSIVE)

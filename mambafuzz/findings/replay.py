@@ -10,9 +10,9 @@ Each file gets one row, whatever happens to the others:
 - ``inconclusive``: nothing could be checked (Triton's interpreter cannot run
   the kernel) or mambafuzz itself failed.
 
-``exit_code`` turns the rows into the command's exit code
-(``exits.replay_exit_code``): 1 if any file still fails; else 2 if any
-could not run; else 3 if any was inconclusive; else 0.
+The rows' statuses are the command's exit code (``control.exits.exit_code``):
+1 if any file still fails; else 2 if any could not run (or there was no file);
+else 3 if any was inconclusive; else 0.
 
 A file of kind ``fault``, ``crash`` or ``hang`` (and every file on ``cuda``)
 replays in a child process that sends its row back as JSON; a child that dies
@@ -30,7 +30,6 @@ from pathlib import Path
 
 from mambafuzz import findings
 from mambafuzz.judge.engine import FAULT_KINDS, Verdict, run_case
-from mambafuzz.control import exits
 from mambafuzz.errors import Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.signature import check as check_signature
 
@@ -211,9 +210,3 @@ def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str
             rows.append(replay_one(record, device=device, reps=reps, mode=mode, against=against))
     return rows
 
-
-def exit_code(rows: list[ReplayRow]) -> int:
-    """The rows' exit code (``exits.replay_exit_code``); no rows is bad input."""
-    statuses = {r.status for r in rows}
-    return exits.replay_exit_code(STILL_FAILING in statuses, COULD_NOT_RUN in statuses or not rows,
-                                    INCONCLUSIVE in statuses)

@@ -37,7 +37,7 @@ from mambafuzz.findings import Finding, atomic_write_json
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, second_turns, write_error
 from mambafuzz.control.clock import Deadline
 from mambafuzz.control.mps import memory_share
-from mambafuzz.control.exits import WORKER_CONTEXT_LOST, WORKER_DONE, WORKER_NO_DEVICE
+from mambafuzz.control.exits import WORKER_CONTEXT_LOST, WORKER_DONE, exit_code
 
 
 FALSE_STARTS = 3  # a worker slot that dies this often before it is ready stops being restarted
@@ -80,7 +80,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     except UsageError as exc:  # the parent counts it a false start and tries again, or gives the slot up
         print(f"mambafuzz: worker {spec.index} could not open its device: {exc}", file=sys.stderr, flush=True)
         conn.close()
-        os._exit(WORKER_NO_DEVICE)
+        os._exit(exit_code(["no device"]))
     if spec.memory_share is not None:
         from mambafuzz.control.mps import bound_memory
         bound_memory(spec.memory_share)
@@ -174,7 +174,7 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
         hooks.ended(report)
     if report.context_lost:
         conn.close()
-        os._exit(WORKER_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
+        os._exit(exit_code(["context lost"]))  # a broken CUDA context: let the parent start a fresh worker
     return report
 
 

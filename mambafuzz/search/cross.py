@@ -26,7 +26,8 @@ import time
 from typing import Any
 
 from mambafuzz.contracts import case_from_json
-from mambafuzz.control.exits import WORKER_DONE
+from mambafuzz.control.clock import Deadline
+from mambafuzz.control.exits import exit_code
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.engine import run_case
 from mambafuzz.judge.materialize import Mismatch
@@ -111,7 +112,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
     divergence = first.divergence or ""
     if not first.failed:
         return Witness(NOT_WITNESSED, summary=first.summary(), verdict=first.to_json(), divergence=divergence)
-    end = time.monotonic() + float(request.get("shrink_seconds", 30.0))
+    shrink = Deadline(float(request.get("shrink_seconds", 30.0))).started()  # the parent's clock.witness share
     best = {"verdict": first}
 
     def still_fails(smaller) -> bool:
@@ -124,7 +125,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
             return True
         return False
 
-    shrunk, _ = reduce_case(case, still_fails, lambda: time.monotonic() <= end, options=request.get("options"))
+    shrunk, _ = reduce_case(case, still_fails, lambda: not shrink.over(), options=request.get("options"))
     return Witness(WITNESSED, summary=first.summary(), verdict=first.to_json(), cpu_case=shrunk.to_json(),
                    cpu_summary=shrunk.describe(), cpu_size=list(shrunk.size), divergence=divergence)
 
@@ -137,7 +138,7 @@ def main() -> int:
         witness = Witness(UNAVAILABLE, why=f"internal error in the CPU child: {type(exc).__name__}: {exc}")
     sys.stdout.write(MARKER + json.dumps(witness.to_json()) + "\n")
     sys.stdout.flush()
-    return WORKER_DONE
+    return exit_code(["done"])
 
 
 if __name__ == "__main__":

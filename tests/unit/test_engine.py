@@ -271,9 +271,9 @@ def test_no_repetition_starts_past_the_end_but_the_first():
         calls.append(1)
         _python_memmove(src_ptrs, dst_ptrs, sizes, arena=arena)
 
-    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", end=time.monotonic() - 1)
+    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", deadline=Deadline.until(time.monotonic() - 1))
     assert (v.reps, v.failures, len(calls)) == (1, 0, 1)
-    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", end=time.monotonic() + 60)
+    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", deadline=Deadline.until(time.monotonic() + 60))
     assert (v.reps, len(calls)) == (5, 6)
 
 
