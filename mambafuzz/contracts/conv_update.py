@@ -88,7 +88,7 @@ class ConvUpdate(Contract):
     }
 
     def strategy(self, profile, ill_posed: bool = False, **options):
-        from mambafuzz.strategies.conv_update import conv_update_cases
+        from mambafuzz.strategies.conv_update import conv_update_cases  # deferred: Hypothesis loads with the first strategy, not with the parser
         return conv_update_cases(profile, ill_posed=ill_posed, **self._narrowing(options))
 
     def _narrowing(self, options: dict) -> dict:
@@ -184,7 +184,7 @@ class ConvUpdate(Contract):
         return [[where.get(v, v) if v != case.pad else v for v in row] for row in case.idx]
 
     def prepare(self, case: ConvUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
         pool = self._pool(case, snapshot, starts)

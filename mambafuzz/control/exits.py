@@ -8,6 +8,8 @@ No other module in mambafuzz writes an exit status as a number (tests/unit/test_
 """
 from __future__ import annotations
 
+import textwrap
+
 from mambafuzz.control.interrupt import StopRequested
 from mambafuzz.errors import UsageError
 
@@ -35,7 +37,6 @@ TABLE = (
 
 def table_text(width: int = 79) -> str:
     """The table for --help, wrapped to fit 80 columns."""
-    import textwrap
 
     lines = ["exit codes:"]
     for code, text in TABLE:

@@ -25,6 +25,7 @@ unless ``contract`` / ``overlap`` override them.
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def _as_against(against) -> Against | None:
 
 
 def _target_for(record: findings.CrashRecord, against: Against | None):
-    from mambafuzz.control.targets import resolve_one
+    from mambafuzz.control.targets import resolve_one  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     contract = record.case.contract
     if against is None:
@@ -149,7 +150,7 @@ def replay_one(record: findings.CrashRecord, *, device: str, reps: int | None, m
 
 
 def _child(path, device, reps, mode, against, conn) -> None:
-    from mambafuzz.control import device as device_mod
+    from mambafuzz.control import device as device_mod  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
 
     try:
         device_mod.select(device)
@@ -162,7 +163,6 @@ def _child(path, device, reps, mode, against, conn) -> None:
 def replay_isolated(record: findings.CrashRecord, *, device: str, reps: int | None, mode: str | None,
                     against=None, timeout: float = 120.0) -> ReplayRow:
     """A crash or hang finding is replayed in a child process: it may kill or stall its process again."""
-    import multiprocessing as mp
 
     against = _as_against(against)
     ctx = mp.get_context("spawn")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,7 +204,6 @@ def _ago(seconds: float | None) -> str:
 
 def lines(body: dict, out: Path | None = None, width: int = 80) -> list[str]:
     """The campaign in plain lines (what collect prints and campaign.txt holds): paths whole."""
-    import textwrap
 
     targets, rows = body["targets"], body["buckets"]
     counted = [b for b in rows if b["counts"]]

@@ -202,7 +202,7 @@ def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None,
               interpreted: bool = False) -> list[Any]:
     if recorder is None:
         if interpreted:  # unrecorded CPU repetitions: the recorder's interpreter adapters alone
-            from mambafuzz.interp import adapters
+            from mambafuzz.interp import adapters  # deferred: Triton's interpreter adapters: CPU runs only
             with adapters():
                 m.run(fn, amplifiable)
         else:
@@ -227,7 +227,7 @@ def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", ampli
     with it what a race shows).  Past `deadline` the batch
     stops launching repetitions (``gpu_reps.TimeBox``): the verdict counts the ones that ran.
     """
-    from mambafuzz.judge.gpu_reps import failing_mismatch, graph_from_env, run_reps
+    from mambafuzz.judge.gpu_reps import failing_mismatch, graph_from_env, run_reps  # deferred: torch: the GPU batch only where repetitions are judged on the device
 
     verdict = Verdict(reps=0, failures=0, mode=mode)
     try:
@@ -299,7 +299,7 @@ def divergence_line(values) -> str | None:
 def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable: bool | None,
             deadline: Deadline = Deadline(), compiled: Mismatch | None = None) -> Verdict:
     if device == "cuda" and reps > 1 and mode == "compare":
-        from mambafuzz.judge.gpu_reps import device_reps_enabled
+        from mambafuzz.judge.gpu_reps import device_reps_enabled  # deferred: torch: the GPU batch only where repetitions are judged on the device
         if device_reps_enabled() and m.device_judgeable:  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
             return reps_verdict(m, fn, reps, mode=mode, amplifiable=amplifiable, deadline=deadline)
     verdict = Verdict(reps=0, failures=0, mode=mode)
@@ -308,14 +308,14 @@ def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable:
             break
         recorder = None
         if device == "cpu" and rep == 0:  # on the CPU the recorder also fences off wild pointers
-            from mambafuzz.racecheck import RaceRecorder
+            from mambafuzz.racecheck import RaceRecorder  # deferred: the race recorder patches Triton's interpreter: CPU runs only
             recorder = RaceRecorder()
         if rep:
             m.restore()
         try:
             hazards = _run_once(m, fn, recorder, amplifiable, interpreted=device == "cpu")
             if device == "cuda":
-                import torch
+                import torch  # deferred: torch takes seconds to import
                 torch.cuda.synchronize()
         except Exception as exc:
             _declined(exc)

@@ -334,7 +334,7 @@ class _Buffers:
             if want.numel() != live.numel():
                 raise ValueError(f"the expected {out.name} and the argument differ in length")
             aux = dict(aux=live, aux_snapshot=m.output_snapshots[out.name], aux_expected=want)
-        from mambafuzz.judge.check import CHUNK_WORDS, CheckRestore, ChunkCheck
+        from mambafuzz.judge.check import CHUNK_WORDS, CheckRestore, ChunkCheck  # deferred: torch: the GPU batch only where repetitions are judged on the device
 
         self.plan = None
         if m.device_positions is None:

@@ -14,8 +14,8 @@ __all__ = ["Report", "build", "load"]
 
 def build(path: Path | str, out: Path | str):
     """Load `path`, write the page to `out`; UsageError (one line) for a bad input or output."""
-    from mambafuzz.report.load import load
-    from mambafuzz.report.render import write
+    from mambafuzz.report.load import load  # deferred: the report's loader and plotly page, only for `mambafuzz report`
+    from mambafuzz.report.render import write  # deferred: the report's loader and plotly page, only for `mambafuzz report`
 
     report = load(path)
     write(report, out)

@@ -38,7 +38,7 @@ MARKER = "MAMBAFUZZ-CROSS "
 
 
 def _request(target, case, shrink_seconds: float, compiled=None, options: dict | None = None) -> dict[str, Any]:
-    from mambafuzz.control.targets import user_info
+    from mambafuzz.control.targets import user_info  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     info = user_info(target.name) or {}
     return {"target": target.name, "contract": case.contract, "overlap": getattr(target, "overlap", "full"),
@@ -95,8 +95,8 @@ def _same_failure(first, verdict) -> bool:
 
 def _child_answer(request: dict[str, Any]) -> Witness:
     """In the child: judge the case in race mode on the CPU and shrink it while the hazard stays."""
-    from mambafuzz.control import device
-    from mambafuzz.control.targets import resolve_one
+    from mambafuzz.control import device  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
+    from mambafuzz.control.targets import resolve_one  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     try:
         device.select("cpu")

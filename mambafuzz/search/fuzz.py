@@ -27,6 +27,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as _dt
+import json
+import os
 import random
 import re
 import time
@@ -185,7 +187,7 @@ class FuzzOptions:
 
 def _seed_hypothesis(seed: int) -> None:
     """Seed Hypothesis's draws without `@seed`, which would switch the example database off."""
-    import hypothesis.core
+    import hypothesis.core  # deferred: Hypothesis loads with the first strategy, not with the parser
 
     local = getattr(hypothesis.core, "threadlocal", None)
     if local is not None and hasattr(local, "_hypothesis_global_random"):
@@ -195,7 +197,7 @@ def _seed_hypothesis(seed: int) -> None:
 def check_redis(url: str) -> None:
     """Fail early, in one line, when a Redis example database does not answer."""
     try:
-        import redis
+        import redis  # deferred: redis is optional (a Redis database or --fleet only)
     except ImportError:
         raise UsageError("a redis:// database needs the 'redis' package (pip install 'mambafuzz[redis]')") from None
     try:
@@ -211,7 +213,6 @@ def check_database(value) -> None:
     would otherwise be accepted and nothing would persist.  'none' and
     redis:// (see check_redis) are not paths.
     """
-    import os
 
     if value is None or str(value).lower() == "none" or str(value).startswith("redis://"):
         return
@@ -233,7 +234,7 @@ def _database(db) -> ExampleDatabase | None:
     if db is None or isinstance(db, ExampleDatabase):
         return db
     if str(db).startswith("redis://"):
-        from mambafuzz.search import redisdb
+        from mambafuzz.search import redisdb  # deferred: the fuzz loop imports Hypothesis, numpy and the engine: only for a run
 
         return redisdb.database(str(db))
     return DirectoryBasedExampleDatabase(str(db))
@@ -242,7 +243,6 @@ def _database(db) -> ExampleDatabase | None:
 def write_error(opts: FuzzOptions, target_name: str, exc: InternalError, case: Case | None = None) -> str:
     """Put an internal error's traceback in a file, with the case it happened on (for a bug report: the
     JSON line loads with ``contracts.case_from_json``); return the one line that points at it."""
-    import json
 
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(opts.errors_dir) / f"{stamp}-{re.sub(r'[^A-Za-z0-9._-]', '_', target_name)}.txt"
