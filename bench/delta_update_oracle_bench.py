@@ -67,7 +67,7 @@ def kernel_seconds(device, pool, q, k, v, g, beta, cu, idx, nacc, repeat=3):
     """The reference (Triton on cuda, the torch path on cpu) on the same case; seconds and its pool."""
     import torch
 
-    from mambafuzz.run import device as device_mod
+    from mambafuzz.control import device as device_mod
     device_mod.select(device)
     from mambafuzz.kernels import delta_update as du
 

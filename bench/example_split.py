@@ -149,8 +149,8 @@ def split_of(timers: Timers, size: str, body: float, draw: float) -> dict:
 
 def measure(target_name: str, profile: str, reps: int, seconds: float, torch, device: str, scratch: Path) -> dict:
     from mambafuzz import strategies
-    from mambafuzz.cli.targets import resolve
-    from mambafuzz.run.clock import Deadline
+    from mambafuzz.control.targets import resolve
+    from mambafuzz.control.clock import Deadline
     from mambafuzz.search import fuzz
 
     spec, _, contract = target_name.partition("@")  # a user kernel names its contract: module:fn@contract
@@ -215,7 +215,7 @@ def main() -> int:
         torch = require_compiled_gpu("example_split", force_compiled=True)
     else:
         import torch
-    from mambafuzz.run import device
+    from mambafuzz.control import device
 
     device.select(args.device)
     scratch = Path(tempfile.mkdtemp(prefix="example_split-"))

@@ -68,7 +68,7 @@ def main() -> int:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    from mambafuzz.run import device as run_device
+    from mambafuzz.control import device as run_device
 
     run_device.select(args.device)
     from mambafuzz.kernels import registry

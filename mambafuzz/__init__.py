@@ -19,9 +19,9 @@ __all__ = ["Failure", "Inconclusive", "MambafuzzError", "Rejected", "UsageError"
            "reject", "strategies"]
 
 _ERRORS = ("Failure", "Inconclusive", "MambafuzzError", "Rejected", "UsageError")
-# public modules by the name they load under (engine and device live by job, in judge/ and run/)
+# public modules by the name they load under (engine and device live by job, in judge/ and control/)
 _MODULES = {"adapters": "adapters", "api": "api", "engine": "judge.engine", "strategies": "strategies",
-            "contracts": "contracts", "findings": "findings", "device": "run.device", "errors": "errors"}
+            "contracts": "contracts", "findings": "findings", "device": "control.device", "errors": "errors"}
 
 
 def __getattr__(name: str):

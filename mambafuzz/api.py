@@ -35,6 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mambafuzz.control import exits
+from mambafuzz.control.clock import Deadline
 from mambafuzz.errors import Failure, Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.signature import check as check_signature
 
@@ -66,9 +68,9 @@ def _spec_of(fn) -> str | None:
 
 def _target(fn, contract: str, name: str | None, overlap: str):
     """A user Target for `fn`; a replayable name (module:function) when there is one."""
-    from mambafuzz.kernels import registry
+    from mambafuzz.kernels import registry  # deferred: the kernels: Triton fixes compiled or interpreted when they are imported (after control.device.select)
 
-    from mambafuzz.cli.targets import user_target
+    from mambafuzz.control.targets import user_target  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     spec = _spec_of(fn)
     if name is None:
@@ -139,7 +141,7 @@ def failure_message(finding, *, replay: str | None, rerun: str | None, replayed:
 
 
 def _failure(finding, replayable: bool, replayed: bool, report=None) -> Failure:
-    from mambafuzz.findings import replay_command
+    from mambafuzz.findings import replay_command  # deferred: crash files import the engine (numpy, the contracts)
 
     replay = replay_command(finding.path, finding) if replayable and finding.path is not None else None
     rerun = PYTEST_CONTEXT.get("rerun")
@@ -165,8 +167,8 @@ def inconclusive_text(target: str, why: str, device: str, saved: Path | str | No
 def _replay_saved(target, opts, replayable: bool) -> list[Path]:
     """Replay this target's saved crash files; raise Failure on the first that still fails."""
     __tracebackhide__ = True  # pytest shows the test's line, not this loop
-    from mambafuzz import findings
-    from mambafuzz.judge.engine import run_case
+    from mambafuzz import findings  # deferred: crash files import the engine (numpy, the contracts)
+    from mambafuzz.judge.engine import run_case  # deferred: the engine imports numpy and the contracts: only for a run
 
     if opts.crashes_dir is None:
         return []
@@ -221,16 +223,15 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
                          ("shrink_time", shrink_time), ("time", time or 1)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise UsageError(f"check(): {label} must be a positive number, got {value!r}")
-    from mambafuzz.run import device as device_mod  # imported here: it notes TRITON_INTERPRET as the process had it
+    from mambafuzz.control import device as device_mod  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
 
     device = device_mod.select(device)  # before anything below imports the kernels
 
-    from mambafuzz import strategies
+    from mambafuzz import strategies  # deferred: Hypothesis loads with the first strategy, not with the parser
 
-    from mambafuzz import contracts
-    from mambafuzz.run import runner
-    from mambafuzz.run.clock import Deadline
-    from mambafuzz.search.fuzz import FuzzOptions, check_database
+    from mambafuzz import contracts  # deferred: the contracts import numpy and the oracles: --help and the parser do without
+    from mambafuzz.run import runner  # deferred: the runner imports the fuzz loop (Hypothesis, numpy): only for a run
+    from mambafuzz.search.fuzz import FuzzOptions, check_database  # deferred: the fuzz loop imports Hypothesis, numpy and the engine: only for a run
 
     spec = contracts.get(contract)
     options = {**options, **{k: v for k, v in given.items() if k in {o.name for o in spec.cli_options}}}
@@ -255,11 +256,12 @@ def check(fn, contract: str, *, device: str | None = None, max_examples: int = 1
     replayed = _replay_saved(target, opts, replayable)
     report = runner.run_in_process([target], opts, deadline=Deadline(time))[0]  # the run's one clock
     report.replayed = replayed
-    if report.finding is not None:
+    code = exits.exit_code([report.status])  # what the CLI would exit with, as pytest's outcome
+    if code == exits.EXIT_FINDINGS:
         raise _failure(report.finding, replayable, replayed=False, report=report)
-    if report.status == "interrupted":
+    if code == exits.EXIT_INTERRUPTED:
         raise KeyboardInterrupt(f"mambafuzz: {target.name} interrupted")
-    if report.status != "clean":
+    if code != exits.EXIT_CLEAN:
         exc = Inconclusive(inconclusive_text(target.name, report.why, device))
         exc.report = report
         raise exc

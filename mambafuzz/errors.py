@@ -8,6 +8,7 @@
 - ``Failure``: ``mambafuzz.check`` found the kernel wrong (a finding); exit 1.
 - ``Rejected``: the target declines a case (``mambafuzz.reject``); counted, never a finding.
 """
+import traceback
 
 
 class MambafuzzError(Exception):
@@ -45,7 +46,6 @@ class InternalError(MambafuzzError):
     @classmethod
     def of(cls, step: str, exc: BaseException) -> "InternalError":
         """`exc`, raised by mambafuzz's own code while `step`, with its traceback."""
-        import traceback
 
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return cls(f"internal error in mambafuzz while {step}: {type(exc).__name__}: {exc}", text)

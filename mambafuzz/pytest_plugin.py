@@ -28,6 +28,7 @@ each check's own device).
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
@@ -50,7 +51,7 @@ def gpu_present() -> bool:
     if sys.platform.startswith("linux"):
         return any(os.path.exists(f) for f in GPU_DRIVER_FILES)
     try:
-        import torch
+        import torch  # deferred: torch takes seconds to import
     except ImportError:  # pragma: no cover - torch is a dependency
         return False
     return bool(torch.cuda.is_available())
@@ -63,7 +64,7 @@ class _OptionsHelp(str):
 
     def __mod__(self, params):
         try:
-            from mambafuzz import contracts
+            from mambafuzz import contracts  # deferred: the contracts import numpy and the oracles: --help and the parser do without
 
             listed = "; ".join(f"{o.name}={'|'.join(map(str, o.choices))} ({', '.join(o.contracts)})"
                                for o in contracts.options())
@@ -73,7 +74,6 @@ class _OptionsHelp(str):
 
 
 def _option_pair(text: str) -> tuple[str, str]:
-    import argparse
 
     name, sep, value = text.partition("=")
     if not sep or not name.strip() or not value.strip():
@@ -82,7 +82,6 @@ def _option_pair(text: str) -> tuple[str, str]:
 
 
 def _positive_int(text: str) -> int:
-    import argparse
 
     try:
         value = int(text)
@@ -117,8 +116,8 @@ def pytest_configure(config):
     if not chosen and not os.environ.get("MAMBAFUZZ_DEVICE") and os.environ.get("TRITON_INTERPRET") is None \
             and not gpu_present():  # without a GPU every compiled kernel fails: interpret them (race check)
         chosen, header = "cpu", "mambafuzz: no GPU found: device cpu (Triton's interpreter, race check)"
-    if chosen:  # mambafuzz.run.device is imported only then: it notes the TRITON_INTERPRET the run started with
-        from mambafuzz.run import device
+    if chosen:  # mambafuzz.control.device is imported only then: it notes the TRITON_INTERPRET the run started with
+        from mambafuzz.control import device  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
 
         try:
             ctx["device"] = device.select(chosen)  # before test modules define their kernels
@@ -141,7 +140,7 @@ def pytest_configure(config):
 
 def _checked_options(given: dict) -> dict:
     """--mambafuzz-option's names, each one some contract declares (values: each check checks its own)."""
-    from mambafuzz import contracts
+    from mambafuzz import contracts  # deferred: the contracts import numpy and the oracles: --help and the parser do without
 
     try:
         known = {o.name for o in contracts.options()}
@@ -174,7 +173,6 @@ def pytest_report_header(config):
 def _rerun_options(ctx: dict) -> tuple[str, str]:
     """The mambafuzz options in effect, as the rerun line must give them again: the device as chosen
     (MAMBAFUZZ_DEVICE when no option chose it), the counts, the crash folder absolute."""
-    import os
 
     words = []
     if ctx.get("device"):

@@ -184,7 +184,7 @@ class Contract:
 
     def zoo(self) -> list:
         """The zoo targets of this contract (imports the kernels: the device must be chosen first)."""
-        from mambafuzz.kernels import registry
+        from mambafuzz.kernels import registry  # deferred: the kernels: Triton fixes compiled or interpreted when they are imported (after control.device.select)
         return [t for t in registry.zoo_targets() if t.contract == self.name]
 
 

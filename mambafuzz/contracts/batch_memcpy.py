@@ -66,12 +66,12 @@ class BatchMemcpy(Contract):
     max_arena = 1 << 31
 
     def strategy(self, profile, overlap: str = "full", ill_posed: bool = False, **_):
-        from mambafuzz.strategies.batch import batch_copy_cases  # here: Hypothesis loads with the first strategy, not with the CLI's parser
+        from mambafuzz.strategies.batch import batch_copy_cases  # deferred: Hypothesis loads with the first strategy, not with the CLI's parser
         return batch_copy_cases(profile, overlap=overlap, ill_posed=ill_posed)
 
     def prepare(self, case: BatchCopyCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
         base = arena.data_ptr()
-        import torch  # here, not at import: the CLI's parser reads the contracts, and --help needs no torch
+        import torch  # deferred: torch takes seconds to import; here, not at import: the CLI's parser reads the contracts, and --help needs no torch
 
         rows = np.asarray(case.copies, dtype=np.int64).reshape(-1, 3)
         src, dst, sizes = rows[:, 0], rows[:, 1], rows[:, 2]

@@ -113,7 +113,7 @@ class ConvPrefill(ConvPoolContract):
 
     def strategy(self, profile, pad="-1", max_width="6", conv_layout="both", block_multiple="1", cache_mode="both",
                  **_):
-        from mambafuzz.strategies.conv_prefill import conv_prefill_cases
+        from mambafuzz.strategies.conv_prefill import conv_prefill_cases  # deferred: Hypothesis loads with the first strategy, not with the parser
         return conv_prefill_cases(profile, pad=pad_option(self.name, pad),
                                   max_width=option_int("max_width", max_width, CLI_OPTIONS[1].choices),
                                   conv_layout=option_word("conv_layout", conv_layout, CLI_OPTIONS[2].choices),
@@ -145,7 +145,7 @@ class ConvPrefill(ConvPoolContract):
         return {name: getattr(case, name) for name in APC_COLUMNS} | {"block_size": case.block_size}
 
     def prepare(self, case: ConvPrefillCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
         pool = self._pool(case, snapshot, starts)

@@ -88,7 +88,7 @@ class ConvUpdate(ConvPoolContract):
     }
 
     def strategy(self, profile, ill_posed: bool = False, **options):
-        from mambafuzz.strategies.conv_update import conv_update_cases
+        from mambafuzz.strategies.conv_update import conv_update_cases  # deferred: Hypothesis loads with the first strategy, not with the parser
         return conv_update_cases(profile, ill_posed=ill_posed, **self._narrowing(options))
 
     def _narrowing(self, options: dict) -> dict:
@@ -130,7 +130,7 @@ class ConvUpdate(ConvPoolContract):
         return self.slot_image(case)
 
     def prepare(self, case: ConvUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
         pool = self._pool(case, snapshot, starts)

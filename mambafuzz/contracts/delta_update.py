@@ -93,7 +93,7 @@ class DeltaUpdate(UpdateContract):
     }
 
     def strategy(self, profile, ill_posed: bool = False, **options):
-        from mambafuzz.strategies.delta_update import delta_update_cases
+        from mambafuzz.strategies.delta_update import delta_update_cases  # deferred: Hypothesis loads with the first strategy, not with the parser
         return delta_update_cases(profile, ill_posed=ill_posed, **self._narrowing(options))
 
     def _narrowing(self, options: dict) -> dict:
@@ -168,7 +168,7 @@ class DeltaUpdate(UpdateContract):
         return values if case.layout == "vk" else values.transpose(-1, -2)
 
     def prepare(self, case: DeltaUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         pool, buf, q, k, v, g, beta = self._values(case, device)
         cu = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)

@@ -48,7 +48,7 @@ def meta_table(pools, base: int) -> np.ndarray:
 
 
 def int32(values, device) -> torch.Tensor:
-    import torch  # at first use, as in every contract: --help reads the contracts, needing no torch
+    import torch  # deferred: torch takes seconds to import; at first use, as in every contract: --help reads the contracts, needing no torch
 
     return torch.tensor(np.asarray(values, dtype=np.int32).reshape(-1), dtype=torch.int32, device=device)
 
@@ -203,7 +203,7 @@ class PoolContract(Contract):
         return Image(None, (tables, case.pools, tables))
 
     def common_args(self, case: PoolCase, image: Image, base: int, device: str) -> tuple[dict, dict]:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         tables = image.plan[0]
         args = {"meta": torch.tensor(meta_table(case.pools, base), device=device),

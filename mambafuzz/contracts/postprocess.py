@@ -32,7 +32,7 @@ class Postprocess(PoolContract):
     request_fields = REQUEST_FIELDS
 
     def strategy(self, profile, **_):
-        from mambafuzz.strategies.pools import postprocess_cases  # here: Hypothesis loads with the first strategy, not with the CLI's parser
+        from mambafuzz.strategies.pools import postprocess_cases  # deferred: Hypothesis loads with the first strategy, not with the CLI's parser
         return postprocess_cases(profile)
 
     def prepare(self, case: PostprocessCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:

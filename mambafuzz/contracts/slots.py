@@ -211,7 +211,7 @@ class SlotContract(Contract):
     def strategy(self, profile, chains: str = "allowed", ill_posed: bool = False, **_):
         if chains not in CHAIN_CHOICES:
             raise UsageError(f"{self.name} option chains must be one of {', '.join(CHAIN_CHOICES)}, got {chains!r}")
-        from mambafuzz.strategies.slots import slot_cases  # here: Hypothesis loads with the first strategy, not with the CLI's parser
+        from mambafuzz.strategies.slots import slot_cases  # deferred: Hypothesis loads with the first strategy, not with the CLI's parser
         return slot_cases(profile, forked=self.forked, chains=chains, ill_posed=ill_posed)
 
     # -- materialising and judging
@@ -236,7 +236,7 @@ class SlotContract(Contract):
         buffers, o_src, o_dst = image.plan
         expect = oracle.expect_slot_fork if self.forked else oracle.expect_slot_copy
         expected = expect(snapshot, buffers, o_src, self._dst_for_oracle(o_dst))
-        import torch  # at first use: --help reads the contracts, needing no torch
+        import torch  # deferred: torch takes seconds to import; at first use: --help reads the contracts, needing no torch
 
         dtype = getattr(torch, case.index_dtype)
         src, dst = self._arrays(case)

@@ -95,7 +95,7 @@ class SsmUpdate(UpdateContract):
     }
 
     def strategy(self, profile, ill_posed: bool = False, **options):
-        from mambafuzz.strategies.ssm_update import ssm_update_cases
+        from mambafuzz.strategies.ssm_update import ssm_update_cases  # deferred: Hypothesis loads with the first strategy, not with the parser
         return ssm_update_cases(profile, ill_posed=ill_posed, **self._narrowing(options))
 
     def _narrowing(self, options: dict) -> dict:
@@ -213,7 +213,7 @@ class SsmUpdate(UpdateContract):
         return out
 
     def prepare(self, case: SsmUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
         pool = self._pool(case, snapshot, image.plan, device)
@@ -286,7 +286,7 @@ class SsmUpdate(UpdateContract):
 
     def _index(self, case: SsmUpdateCase, table, device):
         """An int32 [B, C] view with the case's column and row strides over a pad-filled buffer."""
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         rows = len(table)
         buf = np.full(rows * case.idx_row_stride, case.pad, dtype=np.int32)
@@ -297,7 +297,7 @@ class SsmUpdate(UpdateContract):
 
     def _out(self, case: SsmUpdateCase, got, cuts) -> Output:
         """`out` shaped as x: live tokens' values and bounds; skipped rows' don't-care."""
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         rows = len(case.lens)
         b = np.repeat(np.arange(rows), case.lens)

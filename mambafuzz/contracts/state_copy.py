@@ -91,7 +91,7 @@ class StateCopy(PoolContract):
     request_fields = ("src_cols", "dst_cols", "biases")
 
     def strategy(self, profile, layout="both", tiles="drawn", skip_equal_cols=False, **_):
-        from mambafuzz.strategies.pools import state_copy_cases  # here: Hypothesis loads with the first strategy, not with the CLI's parser
+        from mambafuzz.strategies.pools import state_copy_cases  # deferred: Hypothesis loads with the first strategy, not with the CLI's parser
         layout, fixed, skip = parse_options(layout, tiles, skip_equal_cols)
         return state_copy_cases(profile, layout=layout, tiles=fixed, skip_equal_cols=skip)
 

@@ -92,7 +92,7 @@ class StateScatter(Contract):
     }
 
     def strategy(self, profile, scatter="both", ill_posed: bool = False, **_):
-        from mambafuzz.strategies.state_scatter import state_scatter_cases
+        from mambafuzz.strategies.state_scatter import state_scatter_cases  # deferred: Hypothesis loads with the first strategy, not with the parser
         return state_scatter_cases(profile, scatter=_scatter(scatter), ill_posed=ill_posed)
 
     # ------------------------------------------------------------ memory
@@ -127,7 +127,7 @@ class StateScatter(Contract):
         return Image(positions, (compact, dataclasses.replace(states, offset=states_at), compact_dst))
 
     def prepare(self, case: StateScatterCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         pool_i, states_i, dst_i = image.plan
         expected = oracle.expect_state_scatter(snapshot, pool_i, states_i, dst_i, case.step_idx, check=False)

@@ -64,7 +64,7 @@ def finite_values(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
 
 def stored_tensor(raw: np.ndarray, dtype: str, device):
     """Stored elements (bfloat16 as its uint16 bits) as a tensor of `dtype` on `device`."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     t = torch.from_numpy(np.ascontiguousarray(raw).copy())
     return (t.view(torch.bfloat16) if dtype == "bfloat16" else t).to(device)
@@ -74,7 +74,7 @@ def oracle_input(values, device):
     """float64 values (numpy, or a tensor on `device`) as the oracle takes them there: numpy on the CPU
     (faster there than torch), a float64 tensor on a GPU, so that a 256-row batch is judged in
     milliseconds (``oracle/_xp.py``).  None stays None."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     if values is None:
         return None
@@ -88,7 +88,7 @@ def oracle_input(values, device):
 def as_tensors(result, *fields: str):
     """`result` with its float arrays `fields` as torch tensors (numpy ones shared, not copied), so
     that the contract code after the oracle is the same on every device."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     return dataclasses.replace(result, **{f: torch.from_numpy(getattr(result, f)) for f in fields
                                           if isinstance(getattr(result, f), np.ndarray)})
@@ -97,7 +97,7 @@ def as_tensors(result, *fields: str):
 def as_stored(values, dtype: str):
     """float64 values a stored `dtype` holds exactly, as that dtype (bfloat16 as its int16 bits, as an
     exact ``Output`` compares it)."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     t = values.to(getattr(torch, dtype))
     return t.view(torch.int16) if dtype == "bfloat16" else t
@@ -109,7 +109,7 @@ def slot_values(slots: int, inner: tuple[int, ...], draw, dtype: str, device):
     other, so a wrong one is an error of the values' own size, and drawing costs one slot, not the
     pool: a 256-row batch's pool is made on the GPU in microseconds.  The float32 sum and the cast
     round the same on every device."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     tile = torch.from_numpy(draw(int(np.prod(inner)))).to(device).reshape(inner)
     offsets = torch.from_numpy(draw(slots)).to(device).reshape((slots,) + (1,) * len(inner))
@@ -119,7 +119,7 @@ def slot_values(slots: int, inner: tuple[int, ...], draw, dtype: str, device):
 def unchanged_inputs(args: dict, names: tuple[str, ...]) -> tuple[Output, ...]:
     """Every input among `names` must stay as it was, exactly: its value now, kept on its device
     (a bfloat16 one as its bits, as an exact ``Output`` compares it)."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     out = []
     for name in names:

@@ -30,7 +30,7 @@ from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts.cases import Case
 from mambafuzz.judge.engine import Verdict
 from mambafuzz.errors import CaseError, CrashFileError, UsageError
-from mambafuzz.search.cross import Witness
+from mambafuzz.findings.witness import Witness
 
 CRASH_SCHEMA = 1
 _REQUIRED = ("schema", "target", "contract", "device", "mode", "case", "verdict")
@@ -166,7 +166,7 @@ def environment() -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a missing package is simply not reported
             env[name] = None
     try:
-        import torch
+        import torch  # deferred: torch takes seconds to import
         env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:  # noqa: BLE001
         env["gpu"] = None
@@ -189,7 +189,7 @@ def replay_command(path: Path, finding: Finding) -> str:
 
 def to_record(finding: Finding, path: Path) -> dict[str, Any]:
     """A crash file's body: the finding's JSON (less its path: the file is where it is) and how to replay it."""
-    from mambafuzz.cli.targets import user_info
+    from mambafuzz.control.targets import user_info  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     info = user_info(finding.target) or {}
     body = {k: v for k, v in finding.to_json().items() if k != "path"}

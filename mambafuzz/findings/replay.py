@@ -10,9 +10,9 @@ Each file gets one row, whatever happens to the others:
 - ``inconclusive``: nothing could be checked (Triton's interpreter cannot run
   the kernel) or mambafuzz itself failed.
 
-``exit_code`` turns the rows into the command's exit code
-(``outcome.replay_exit_code``): 1 if any file still fails; else 2 if any
-could not run; else 3 if any was inconclusive; else 0.
+The rows' statuses are the command's exit code (``control.exits.exit_code``):
+1 if any file still fails; else 2 if any could not run (or there was no file);
+else 3 if any was inconclusive; else 0.
 
 A file of kind ``fault``, ``crash`` or ``hang`` (and every file on ``cuda``)
 replays in a child process that sends its row back as JSON; a child that dies
@@ -25,12 +25,12 @@ unless ``contract`` / ``overlap`` override them.
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 from dataclasses import dataclass
 from pathlib import Path
 
 from mambafuzz import findings
 from mambafuzz.judge.engine import FAULT_KINDS, Verdict, run_case
-from mambafuzz.report import outcome
 from mambafuzz.errors import Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.signature import check as check_signature
 
@@ -106,7 +106,7 @@ def _as_against(against) -> Against | None:
 
 
 def _target_for(record: findings.CrashRecord, against: Against | None):
-    from mambafuzz.cli.targets import resolve_one
+    from mambafuzz.control.targets import resolve_one  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     contract = record.case.contract
     if against is None:
@@ -150,7 +150,7 @@ def replay_one(record: findings.CrashRecord, *, device: str, reps: int | None, m
 
 
 def _child(path, device, reps, mode, against, conn) -> None:
-    from mambafuzz.run import device as device_mod
+    from mambafuzz.control import device as device_mod  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
 
     try:
         device_mod.select(device)
@@ -163,7 +163,6 @@ def _child(path, device, reps, mode, against, conn) -> None:
 def replay_isolated(record: findings.CrashRecord, *, device: str, reps: int | None, mode: str | None,
                     against=None, timeout: float = 120.0) -> ReplayRow:
     """A crash or hang finding is replayed in a child process: it may kill or stall its process again."""
-    import multiprocessing as mp
 
     against = _as_against(against)
     ctx = mp.get_context("spawn")
@@ -211,9 +210,3 @@ def replay(paths: list[Path], *, device: str, reps: int | None = None, mode: str
             rows.append(replay_one(record, device=device, reps=reps, mode=mode, against=against))
     return rows
 
-
-def exit_code(rows: list[ReplayRow]) -> int:
-    """The rows' exit code (``outcome.replay_exit_code``); no rows is bad input."""
-    statuses = {r.status for r in rows}
-    return outcome.replay_exit_code(STILL_FAILING in statuses, COULD_NOT_RUN in statuses or not rows,
-                                    INCONCLUSIVE in statuses)

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import types
+from importlib.metadata import version
 from pathlib import Path
 
 # packages whose source is not the target's: their versions are recorded instead
@@ -45,7 +46,6 @@ def worker_id(box: str) -> str:
 def mambafuzz_version() -> str:
     """The package version and a digest of the package's source ('0.1.0+src.1a2b3c4d5e6f')."""
     try:
-        from importlib.metadata import version
         base = version("mambafuzz")
     except Exception:  # noqa: BLE001 - not installed: a checkout on PYTHONPATH
         base = "0"
@@ -76,7 +76,7 @@ def gpu(device: str) -> tuple[str | None, str | None]:
         return None, None
     model = driver = None
     try:
-        import torch
+        import torch  # deferred: torch takes seconds to import
         model = torch.cuda.get_device_name(0)
     except Exception:  # noqa: BLE001
         pass

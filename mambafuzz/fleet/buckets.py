@@ -98,7 +98,7 @@ def bucket_key(record: dict, corpus_key: str) -> tuple[str, dict]:
 
 def size_of(record: dict) -> list:
     """The case's size (``Case.size``: smaller is simpler), comparable within one contract."""
-    from mambafuzz.contracts import case_from_json
+    from mambafuzz.contracts import case_from_json  # deferred: the contracts import numpy and the oracles: --help and the parser do without
 
     try:
         return list(case_from_json(record["case"]).size)
@@ -135,7 +135,7 @@ def push(client, keys: Keys, item: Pushed) -> str:
 
 
 def _push(client, keys: Keys, item: Pushed) -> str:
-    import redis
+    import redis  # deferred: redis is optional (a Redis database or --fleet only)
 
     key, parts = bucket_key(item.record, item.corpus_key)
     size = size_of(item.record)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from mambafuzz.errors import UsageError
 from mambafuzz.fleet import buckets, hub
 from mambafuzz.fleet.hub import Keys
 from mambafuzz.fleet.outbox import Outbox
-from mambafuzz.report import outcome
+from mambafuzz.control import exits
 from mambafuzz.report.load import CAMPAIGN_SCHEMA as SCHEMA, CAMPAIGN_SUMMARY as SUMMARY
 
 TEXT = "campaign.txt"
@@ -72,7 +73,7 @@ def send_from(client, folders: list[Path]) -> int:
 
 
 def _status(row: dict, counted: bool, waiting: bool, min_examples: int) -> str:
-    """A target's outcome over the whole campaign (``outcome.exit_code``'s words)."""
+    """A target's outcome over the whole campaign (``exits.exit_code``'s words)."""
     if counted:
         return "finding"
     done = row.get("done") or {}
@@ -179,7 +180,7 @@ def collect(url: str, out: Path | None, *, campaign: str | None = None, from_dir
                 written["fleet"]["campaign"] = name
                 findings.atomic_write_json(path, written)
         body["files"] = [row["file"] for row in body["buckets"] if row["file"]]
-        body["exit_code"] = code = outcome.exit_code([t["status"] for t in body["targets"]])
+        body["exit_code"] = code = exits.exit_code([t["status"] for t in body["targets"]])
         findings.atomic_write_json(out / SUMMARY, body)
         (out / TEXT).write_text("\n".join(lines(body, out)) + "\n")
     except OSError as exc:
@@ -203,7 +204,6 @@ def _ago(seconds: float | None) -> str:
 
 def lines(body: dict, out: Path | None = None, width: int = 80) -> list[str]:
     """The campaign in plain lines (what collect prints and campaign.txt holds): paths whole."""
-    import textwrap
 
     targets, rows = body["targets"], body["buckets"]
     counted = [b for b in rows if b["counts"]]

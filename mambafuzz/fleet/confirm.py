@@ -25,8 +25,8 @@ from mambafuzz.judge.engine import FAULT_KINDS
 
 def replay_record(record: dict, device: str, timeout: float) -> tuple[str, str]:
     """(confirmed | not reproduced | could not tell, the replay's line) for one crash record."""
-    from mambafuzz.findings.replay import FIXED, STILL_FAILING, replay_one
-    from mambafuzz.run.confirm import confirm_alone
+    from mambafuzz.findings.replay import FIXED, STILL_FAILING, replay_one  # deferred: crash files import the engine (numpy, the contracts)
+    from mambafuzz.run.confirm import confirm_alone  # deferred: the runner imports the fuzz loop (Hypothesis, numpy): only for a run
 
     with tempfile.TemporaryDirectory(prefix="mambafuzz-confirm-") as folder:
         path = Path(folder) / "case.json"

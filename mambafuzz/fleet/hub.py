@@ -36,7 +36,7 @@ class HubDown(Exception):
 def check_url(url: str) -> str:
     """`url` if redis-py can read it (redis://, rediss://, unix://), else a one-line UsageError."""
     try:
-        from redis.connection import parse_url
+        from redis.connection import parse_url  # deferred: redis is optional (a Redis database or --fleet only)
     except ImportError:
         raise UsageError("--fleet needs the 'redis' package (pip install 'mambafuzz[redis]')") from None
     try:
@@ -56,7 +56,7 @@ def check_name(name: str) -> str:
 
 def connect(url: str, timeout: float = TIMEOUT):
     """A client (no traffic yet); every call through ``call`` turns a network failure into HubDown."""
-    import redis
+    import redis  # deferred: redis is optional (a Redis database or --fleet only)
 
     return redis.Redis.from_url(check_url(url), socket_connect_timeout=timeout, socket_timeout=timeout,
                                 decode_responses=True)
@@ -64,7 +64,7 @@ def connect(url: str, timeout: float = TIMEOUT):
 
 def call(fn, *args, **kwargs):
     """`fn(*args)`, with redis' connection and timeout errors as HubDown."""
-    import redis
+    import redis  # deferred: redis is optional (a Redis database or --fleet only)
 
     try:
         return fn(*args, **kwargs)

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from mambafuzz.errors import UsageError
+from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.fleet import box, buckets, confirm, hub, leases
 from mambafuzz.fleet.buckets import Pushed
 from mambafuzz.fleet.hub import HubDown, Keys
 from mambafuzz.fleet.outbox import Outbox
-from mambafuzz.run import interrupt
+from mambafuzz.control import interrupt
 
 POLL = 0.5          # seconds between asks while every open target has its workers, or the hub is down
 FINAL_FLUSH = 5.0   # seconds a leaving worker gives the hub to take what waits
@@ -102,7 +102,7 @@ class Fleet:
 
 def _record(finding) -> dict | None:
     """The crash file's body as written (what `replay` reads), or made again when it cannot be read."""
-    from mambafuzz import findings
+    from mambafuzz import findings  # deferred: crash files import the engine (numpy, the contracts)
 
     if finding.path is None:
         return None
@@ -286,8 +286,7 @@ class _Worker:
 
     def seeds(self, name: str) -> tuple:
         """The cases other workers found for `name` (the best of each of its buckets), tried first."""
-        from mambafuzz.contracts import case_from_json
-        from mambafuzz.errors import CaseError
+        from mambafuzz.contracts import case_from_json  # deferred: the contracts import numpy and the oracles: --help and the parser do without
 
         try:
             cases = buckets.cases_of(self.client, self.fleet.keys, name, self.fleet.corpus_keys.get(name, ""))

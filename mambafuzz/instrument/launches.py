@@ -149,7 +149,7 @@ class LaunchRecord:
 
 def _patches(record: LaunchRecord) -> list[tuple[type, str, Callable]]:
     """(class, attribute, replacement) for every launch entry point of the installed Triton."""
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.jit import JITFunction  # deferred: Triton: loaded with the kernels, after the device is chosen
 
     out = []
     orig_run = JITFunction.__dict__["run"]
@@ -164,7 +164,7 @@ def _patches(record: LaunchRecord) -> list[tuple[type, str, Callable]]:
 
     out.append((JITFunction, "run", run))
     try:
-        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.interpreter import InterpretedFunction  # deferred: Triton: loaded with the kernels, after the device is chosen
     except ImportError:  # pragma: no cover
         return out
     if "run" in InterpretedFunction.__dict__:  # Triton 3.6+: kernel[grid] and Autotuner call run

@@ -58,10 +58,10 @@ class Variant:
 
 
 def _jit_types() -> tuple[type, ...]:
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.jit import JITFunction  # deferred: Triton: loaded with the kernels, after the device is chosen
     kinds: list[type] = [JITFunction]
     try:
-        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.interpreter import InterpretedFunction  # deferred: Triton: loaded with the kernels, after the device is chosen
         kinds.append(InterpretedFunction)
     except ImportError:  # pragma: no cover
         pass
@@ -121,7 +121,7 @@ def _resolve(node, env):
 
 def _memory_op(func: ast.expr, env) -> str | None:
     """'load' / 'store' when ``func`` is Triton's: ``tl.load``, an imported ``load``, or a descriptor's."""
-    import triton.language as tl
+    import triton.language as tl  # deferred: Triton: loaded with the kernels, after the device is chosen
 
     if isinstance(func, ast.Attribute) and func.attr in ("load", "store"):
         base = _resolve(func.value, env)
@@ -156,12 +156,12 @@ def _same_function(a, b) -> bool:
 
 def _delay_helper():
     """The project kernels' warp-delay function (imported late: kernels load after the device is chosen)."""
-    from mambafuzz.kernels.copy import warp_delay
+    from mambafuzz.kernels.copy import warp_delay  # deferred: the kernels: Triton fixes compiled or interpreted when they are imported (after control.device.select)
     return warp_delay
 
 
 def _jit_like(kernel, raw_fn, *, seed_unspecialized: bool):
-    import triton
+    import triton  # deferred: Triton: loaded with the kernels, after the device is chosen
 
     opts = {}
     dns = list(getattr(kernel, "do_not_specialize", None) or

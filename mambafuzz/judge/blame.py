@@ -136,7 +136,7 @@ def _where(frame) -> str:
 
 def classify(exc: BaseException) -> Blame:
     """Decide who `exc` (raised by running a target) is against."""
-    import triton
+    import triton  # deferred: Triton: loaded with the kernels, after the device is chosen
 
     root = root_cause(exc)
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -201,7 +201,7 @@ class CompileFailure:
 def _compilation_error(exc: BaseException):
     """The first triton CompilationError in exc's cause/context chain, or None."""
     try:
-        from triton.compiler.errors import CompilationError
+        from triton.compiler.errors import CompilationError  # deferred: Triton: loaded with the kernels, after the device is chosen
     except ImportError:  # pragma: no cover - every supported release has it
         return None
     seen = set()

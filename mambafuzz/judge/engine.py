@@ -21,10 +21,11 @@ case unperturbed.  In the interpreter the perturbation compiles to nothing.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mambafuzz.control import mps  # the worker's sharing of its GPU, as the session set it up
+from mambafuzz.control.clock import Deadline
 from mambafuzz.judge import blame
 from mambafuzz.contracts.cases import Case
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, rejection
@@ -201,7 +202,7 @@ def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None,
               interpreted: bool = False) -> list[Any]:
     if recorder is None:
         if interpreted:  # unrecorded CPU repetitions: the recorder's interpreter adapters alone
-            from mambafuzz.interp import adapters
+            from mambafuzz.interp import adapters  # deferred: Triton's interpreter adapters: CPU runs only
             with adapters():
                 m.run(fn, amplifiable)
         else:
@@ -215,7 +216,7 @@ def _run_once(m: Materialized, fn, recorder, amplifiable: bool | None = None,
 
 
 def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", amplifiable: bool | None = None,
-                 graph: bool | None = None, end: float | None = None) -> Verdict:
+                 graph: bool | None = None, deadline: Deadline = Deadline()) -> Verdict:
     """`reps` repetitions judged on the device (``gpu_reps.run_reps``: one sync per batch).
 
     failures = repetitions whose byte count was nonzero; the evidence is the
@@ -223,17 +224,17 @@ def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", ampli
     `graph` None reads MAMBAFUZZ_CUDA_GRAPH ("0" never, "1" always, unset auto).
     ``MAMBAFUZZ_HOST_REPS=1`` makes run_case skip this and judge every
     repetition on the host as before (timing between repetitions differs, and
-    with it what a race shows).  Past `end` (``time.monotonic()``) the batch
+    with it what a race shows).  Past `deadline` the batch
     stops launching repetitions (``gpu_reps.TimeBox``): the verdict counts the ones that ran.
     """
-    from mambafuzz.judge.gpu_reps import failing_mismatch, graph_from_env, run_reps
+    from mambafuzz.judge.gpu_reps import failing_mismatch, graph_from_env, run_reps  # deferred: torch: the GPU batch only where repetitions are judged on the device
 
     verdict = Verdict(reps=0, failures=0, mode=mode)
     try:
         res = run_reps(m, fn, reps, graph=graph_from_env() if graph is None else graph,
-                       amplifiable=amplifiable, end=end)
+                       amplifiable=amplifiable, deadline=deadline)
         verdict.reps, verdict.failures = res.reps, res.failures
-        verdict.mismatch = failing_mismatch(m, fn, res, amplifiable=amplifiable, end=end)
+        verdict.mismatch = failing_mismatch(m, fn, res, amplifiable=amplifiable, deadline=deadline)
     except Exception as exc:  # judged like any other target exception
         _declined(exc)
         _judge_exception(verdict, exc, "cuda")
@@ -241,12 +242,12 @@ def reps_verdict(m: Materialized, fn, reps: int, *, mode: str = "compare", ampli
 
 
 def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare",
-             amplifiable: bool | None = None, end: float | None = None,
+             amplifiable: bool | None = None, deadline: Deadline = Deadline(),
              compiled: Mismatch | None = None) -> Verdict:
     """Materialise `case`, run `fn` `reps` times from the snapshot, judge each run.
 
     `amplifiable` says whether `fn` takes ``perturb=`` (None: ``fn.amplifiable``).
-    Past `end` (a ``clock.Deadline``'s end, on ``time.monotonic()``) no further
+    Past `deadline` (the target's share of ``--time``, or a part of it) no further
     repetition starts, the first always runs: a kernel slow enough to outlast a run's ``--time`` in a batch
     of repetitions then costs one repetition past it, not the batch.
     Raises CaseError (the case cannot be checked), Rejected (the target declined
@@ -259,14 +260,12 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
     if mode not in MODES:
         raise ValueError(f"unknown check mode {mode!r}")
     try:
-        return _run_case(fn, case, device, reps, mode, amplifiable, end, compiled)
+        return _run_case(fn, case, device, reps, mode, amplifiable, deadline, compiled)
     except (CaseError, Rejected, Inconclusive, InternalError):
         raise
     except Exception as exc:
-        from mambafuzz.run import mps  # the worker's sharing of its GPU, as the session set it up
-
         if type(exc).__name__ == "OutOfMemoryError" and os.environ.get(mps.SHARE_ENV):
-            # several workers share the GPU (run.mps): the case is too big for this one's share; the
+            # several workers share the GPU (control.mps): the case is too big for this one's share; the
             # GPU's first worker, with half the memory, draws such cases too
             raise Rejected(f"too big for this worker's share of the GPU memory "
                            f"({float(os.environ[mps.SHARE_ENV]):.0%})") from exc
@@ -279,9 +278,9 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
 
 
 def _run_case(fn, case: Case, device: str, reps: int, mode: str, amplifiable: bool | None,
-              end: float | None = None, compiled: Mismatch | None = None) -> Verdict:
+              deadline: Deadline = Deadline(), compiled: Mismatch | None = None) -> Verdict:
     m = materialize(case, device)
-    verdict = _judged(fn, m, device, reps, mode, amplifiable, end,
+    verdict = _judged(fn, m, device, reps, mode, amplifiable, deadline,
                       compiled if device == "cpu" else None)
     if m.instrumented is not None:  # a user kernel's launches were perturbed: say which, and which not
         verdict.instrumented = m.instrumented.to_json()
@@ -298,25 +297,25 @@ def divergence_line(values) -> str | None:
 
 
 def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable: bool | None,
-            end: float | None = None, compiled: Mismatch | None = None) -> Verdict:
+            deadline: Deadline = Deadline(), compiled: Mismatch | None = None) -> Verdict:
     if device == "cuda" and reps > 1 and mode == "compare":
-        from mambafuzz.judge.gpu_reps import device_reps_enabled
+        from mambafuzz.judge.gpu_reps import device_reps_enabled  # deferred: torch: the GPU batch only where repetitions are judged on the device
         if device_reps_enabled() and m.device_judgeable:  # MAMBAFUZZ_HOST_REPS=1 keeps the host loop below
-            return reps_verdict(m, fn, reps, mode=mode, amplifiable=amplifiable, end=end)
+            return reps_verdict(m, fn, reps, mode=mode, amplifiable=amplifiable, deadline=deadline)
     verdict = Verdict(reps=0, failures=0, mode=mode)
     for rep in range(max(1, reps)):
-        if rep and end is not None and time.monotonic() > end:
+        if rep and deadline.over():
             break
         recorder = None
         if device == "cpu" and rep == 0:  # on the CPU the recorder also fences off wild pointers
-            from mambafuzz.racecheck import RaceRecorder
+            from mambafuzz.racecheck import RaceRecorder  # deferred: the race recorder patches Triton's interpreter: CPU runs only
             recorder = RaceRecorder()
         if rep:
             m.restore()
         try:
             hazards = _run_once(m, fn, recorder, amplifiable, interpreted=device == "cpu")
             if device == "cuda":
-                import torch
+                import torch  # deferred: torch takes seconds to import
                 torch.cuda.synchronize()
         except Exception as exc:
             _declined(exc)

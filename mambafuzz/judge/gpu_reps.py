@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from mambafuzz import contracts
+from mambafuzz.control.clock import Deadline
 from mambafuzz.judge.materialize import Materialized, Mismatch
 
 DEFAULT_K = 16          # repetitions per captured graph (at most)
@@ -136,7 +137,7 @@ class Drive:
 
 
 class TimeBox:
-    """Whether a batch may launch more repetitions: none past `end` (a ``clock.Deadline``'s end).
+    """Whether a batch may launch more repetitions: none past the `deadline`'s end.
 
     A batch is launched ahead of the device, so the host's clock says nothing
     about how far the device has got.  After the first unit (a graph replay or
@@ -147,8 +148,8 @@ class TimeBox:
     warp delays ran one example for two minutes past a 150 s run's end.)
     """
 
-    def __init__(self, end: float | None, sync: Callable[[], None], clock: Callable[[], float] = time.monotonic):
-        self.end, self.sync, self.clock = end, sync, clock
+    def __init__(self, deadline: Deadline, sync: Callable[[], None], clock: Callable[[], float] = time.monotonic):
+        self.end, self.sync, self.clock = deadline.end, sync, clock  # `clock`: the deadline's (tests pace a fake one)
         self.start = None
         self.paced: bool | None = None
 
@@ -333,7 +334,7 @@ class _Buffers:
             if want.numel() != live.numel():
                 raise ValueError(f"the expected {out.name} and the argument differ in length")
             aux = dict(aux=live, aux_snapshot=m.output_snapshots[out.name], aux_expected=want)
-        from mambafuzz.judge.check import CHUNK_WORDS, CheckRestore, ChunkCheck
+        from mambafuzz.judge.check import CHUNK_WORDS, CheckRestore, ChunkCheck  # deferred: torch: the GPU batch only where repetitions are judged on the device
 
         self.plan = None
         if m.device_positions is None:
@@ -428,7 +429,7 @@ def _start(m: Materialized, bufs: "_Buffers") -> None:
 
 def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: int = DEFAULT_K,
              capture: Callable | None = None, amplifiable: bool | None = None, judge: str | None = None,
-             chunk_words: int | None = None, full_every: int = FULL_EVERY, end: float | None = None,
+             chunk_words: int | None = None, full_every: int = FULL_EVERY, deadline: Deadline = Deadline(),
              clock: Callable[[], float] = time.monotonic) -> RepResult:
     """Run `fn` on `m` `reps` times, each judged (and restored as needed) on the device; one host sync.
 
@@ -436,8 +437,8 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     `reps` >= MIN_GRAPH_REPS.  `capture(body, warmup)` replaces `cuda_capture`
     (tests pass fakes; with one given, CPU tensors may take the graph path).
     `judge` "full" / "chunks" / None (``choose_judge``); `chunk_words` and
-    `full_every` shape the chunks judge (tests use small chunks).  `end`
-    (on `clock`): launch no repetition past it (``TimeBox``), the first
+    `full_every` shape the chunks judge (tests use small chunks).  `deadline`
+    (its end on `clock`): launch no repetition past it (``TimeBox``), the first
     excepted; ``RepResult.reps`` counts those that ran, and a chunk-judged
     batch cut short still ends with every chunk judged.
     """
@@ -473,7 +474,7 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
     try_graph, reason = use_graph(reps, graph, dev.type == "cuda" or capture is not None, dense_bytes)
     cap = capture or cuda_capture
     d = drive(plan, try_graph, lambda: cap(body, warmup), launch_rep, m.restore, reason,
-              TimeBox(end, sync, clock))
+              TimeBox(deadline, sync, clock))
     if d.done < reps and bufs.plan is not None:  # its last repetition walked only the changed chunks
         bufs.check.walk(counter, d.done - 1, zero_base)
     per_rep = counter[:d.done].cpu().numpy()  # the one host synchronisation of the batch
@@ -490,13 +491,13 @@ def run_reps(m: Materialized, fn, reps: int, *, graph: bool | None = None, k: in
 
 def failing_mismatch(m: Materialized, fn, result: RepResult, *, attempts: int = RERUN_ATTEMPTS,
                      sync: Callable[[], None] | None = None, amplifiable: bool | None = None,
-                     end: float | None = None, clock: Callable[[], float] = time.monotonic) -> Mismatch | None:
+                     deadline: Deadline = Deadline(), clock: Callable[[], float] = time.monotonic) -> Mismatch | None:
     """The first differing bytes of a failing repetition, for the report.
 
     The arena holds no trace of it (every check restored it), so the
     repetition is rerun the plain way (restore, launch, synchronise,
     ``m.compare()``) until it fails again, at most `attempts` times, and none
-    after the first once `clock` is past `end`.  A racy failure may not come
+    after the first once `clock` is past the `deadline`'s end.  A racy failure may not come
     back: the Mismatch then carries the device's byte count and a note instead
     of first bytes.
     """
@@ -506,7 +507,7 @@ def failing_mismatch(m: Materialized, fn, result: RepResult, *, attempts: int = 
         sync = _sync_of(m.arena.device)
     run = _runner(m, fn, amplifiable)
     tried = 0
-    while tried < attempts and (tried == 0 or end is None or clock() <= end):
+    while tried < attempts and (tried == 0 or deadline.end is None or clock() <= deadline.end):
         tried += 1
         m.restore()
         run()

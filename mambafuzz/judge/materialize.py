@@ -76,7 +76,7 @@ class Mismatch:
 def host_values(tensor, output: Output) -> np.ndarray:
     """A tensor argument's values on the host, as numpy holds them: a bfloat16 one as its int16 bits
     when compared exactly (as the contract stored it), as float32 values within a tolerance."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     t = tensor.detach().cpu()
     if t.dtype == torch.bfloat16:
@@ -182,7 +182,7 @@ class Materialized:
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor a target may touch, by name (the race recorder's regions)."""
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         named = {"arena": self.arena}
         named.update({k: v for k, v in self.args.items() if isinstance(v, torch.Tensor)})
@@ -250,7 +250,7 @@ class Materialized:
     def _same_on_device(self) -> bool:
         """Whether the arena and every output match on the device (one sync).  False says only "look
         closer": the host comparison below finds what differs (or not) and reports it."""
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         if self._device_expect is False:
             return False
@@ -288,7 +288,7 @@ class Materialized:
 def _device_output(out: Output, live) -> tuple:
     """An output's expectation on `live`'s device: (expected, atol or None when exact, care or None),
     flat; float64 where it has a tolerance, as `differing` computes on the host."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     dev = live.device
     def flat(a, dtype=None):  # an oracle's tensor stays where it is; numpy crosses once
@@ -303,7 +303,7 @@ def _device_output(out: Output, live) -> tuple:
 
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
     """All of `t`'s storage as one uint8 tensor (a view: writing it writes `t`'s memory)."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
 
@@ -327,7 +327,7 @@ def materialize(case: Case, device: str) -> Materialized:
     GiB) and what the target gets and the oracle expects; this fills, keeps
     the snapshot and puts it on the device.
     """
-    import torch  # here: a crash file's Verdict (engine, findings) loads without torch
+    import torch  # deferred: a crash file's Verdict (engine, findings) loads without torch
 
     contract = contracts.of(case)
     if not 0 < case.arena_size <= contract.max_arena:

@@ -49,7 +49,7 @@ def check(fn, contract: str, name: str) -> None:
     sig = _signature(fn)
     if sig is None:
         return
-    from mambafuzz import contracts
+    from mambafuzz import contracts  # deferred: the contracts import numpy and the oracles: --help and the parser do without
 
     spec = contracts.get(contract)
     positional, options = spec.positional, spec.option_names

@@ -2,7 +2,7 @@
 
 Triton decides compiled-or-interpreted when ``@triton.jit`` runs, i.e. when the
 kernel modules are imported.  A process therefore picks its mode *before* it
-imports ``kernels.*`` submodules (``mambafuzz.run.device.select`` does this by
+imports ``kernels.*`` submodules (``mambafuzz.control.device.select`` does this by
 setting ``TRITON_INTERPRET``); ``INTERPRETED`` records the choice that held.
 """
 import os

@@ -162,7 +162,7 @@ def _show(value) -> str:
 
 
 def _from_json_report(path: Path, body: dict) -> Report:
-    from mambafuzz.findings import schema_problem  # here: the CLI's start-up imports report/, findings the engine
+    from mambafuzz.findings import schema_problem  # deferred: the CLI's start-up imports report/, findings the engine
 
     problem = schema_problem(body, REPORT_SCHEMA, "report")
     if problem:
@@ -211,7 +211,7 @@ def _target(path: Path, where: str, body) -> TargetRow:
 
 
 def _finding(path: Path, where: str, body: dict, file: Path | None = None) -> FindingView:
-    from mambafuzz.findings import Finding, rate_line, replay_command
+    from mambafuzz.findings import Finding, rate_line, replay_command  # deferred: crash files import the engine (numpy, the contracts)
 
     try:
         f = Finding.from_json(body, path=file)
@@ -259,7 +259,7 @@ def _device(targets: list[TargetRow], race: bool = False) -> str | None:
 
 
 def _from_crashes(path: Path, files: list[Path]) -> Report:
-    from mambafuzz.findings import load as load_crash
+    from mambafuzz.findings import load as load_crash  # deferred: crash files import the engine (numpy, the contracts)
 
     targets = []
     for file in files:
@@ -279,7 +279,7 @@ def _from_crashes(path: Path, files: list[Path]) -> Report:
 def _from_campaign(path: Path, body) -> Report:
     """A campaign collected into `path`: a row per target (its examples over every box, its first confirmed
     bucket as its finding), the summary kept whole for the campaign section."""
-    from mambafuzz.findings import schema_problem
+    from mambafuzz.findings import schema_problem  # deferred: crash files import the engine (numpy, the contracts)
 
     where = path / CAMPAIGN_SUMMARY
     if not isinstance(body, dict):

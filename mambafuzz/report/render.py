@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
+from pathlib import Path
 
 from mambafuzz.errors import UsageError
 from mambafuzz.judge.stats import rate_upper_bound
@@ -25,10 +26,10 @@ GOOD, BAD, UNSURE = "#2e7d32", "#c62828", "#ef6c00"
 
 def _plotly():
     try:
-        import plotly.graph_objects as go
-        import plotly.io as pio
-        from plotly.offline import get_plotlyjs
-        from plotly.subplots import make_subplots
+        import plotly.graph_objects as go  # deferred: plotly is optional (mambafuzz[report])
+        import plotly.io as pio  # deferred: plotly is optional (mambafuzz[report])
+        from plotly.offline import get_plotlyjs  # deferred: plotly is optional (mambafuzz[report])
+        from plotly.subplots import make_subplots  # deferred: plotly is optional (mambafuzz[report])
     except ImportError:
         raise UsageError("mambafuzz report draws its charts with plotly: pip install 'mambafuzz[report]' "
                          "(or pip install plotly)") from None
@@ -502,7 +503,6 @@ def _digest(report: Report) -> dict:
 
 
 def write(report: Report, out) -> None:
-    from pathlib import Path
 
     out = Path(out)
     text = render(report)

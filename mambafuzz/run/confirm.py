@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mambafuzz import findings
-from mambafuzz.run.mps import LOG_ENV, PIPE_ENV, SHARE_ENV, environ
+from mambafuzz.control.mps import LOG_ENV, PIPE_ENV, SHARE_ENV, environ
 
 
 def _alone_on(gpu: int | None):
@@ -26,7 +26,7 @@ def _alone_on(gpu: int | None):
 
 def confirm_alone(path: str | Path, gpu: int | None, timeout: float, device: str = "cuda") -> tuple[bool | None, str]:
     """(True: the fault recurs alone, False: it does not, None: the replay could not tell; the replay's line)."""
-    from mambafuzz.findings.replay import FIXED, STILL_FAILING, replay_isolated
+    from mambafuzz.findings.replay import FIXED, STILL_FAILING, replay_isolated  # deferred: crash files import the engine (numpy, the contracts)
 
     try:
         record = findings.load(Path(path))

@@ -56,7 +56,7 @@ def compile_only() -> Iterator[None]:
     autotuner and ``mambafuzz.instrument``'s variants all go through; it is
     undone on the way out.  Interpreted launches do not go through it.
     """
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.jit import JITFunction  # deferred: Triton: loaded with the kernels, after the device is chosen
 
     original = JITFunction.__dict__["run"]
 
@@ -80,7 +80,7 @@ class Task:
 
 def plan(entries: list[dict], profile) -> list[Task]:
     """Every target's compile classes, targets in run order: the next target is built first."""
-    from mambafuzz.strategies.perturb import compile_classes
+    from mambafuzz.strategies.perturb import compile_classes  # deferred: Hypothesis loads with the first strategy, not with the parser
 
     classes = compile_classes(profile)
     return [Task(dict(e), p) for e in entries for p in classes]
@@ -120,9 +120,9 @@ def _helper_main(job: dict, tasks, done) -> None:
 
 def _cases(task: Task, job: dict, state: dict) -> list:
     """The target's first `CASES` cases of its own strategy, the same in every helper (derandomised)."""
-    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import HealthCheck, Phase, given, settings  # deferred: Hypothesis loads with the first strategy, not with the parser
 
-    from mambafuzz import strategies
+    from mambafuzz import strategies  # deferred: Hypothesis loads with the first strategy, not with the parser
 
     key = task.entry["spec"]
     if key not in state:
@@ -142,9 +142,9 @@ def _cases(task: Task, job: dict, state: dict) -> list:
 
 def warm(task: Task, job: dict, state: dict) -> str | None:
     """Run the target's first cases under `task.perturb` in compile-only mode; None, or what went wrong."""
-    from mambafuzz.run import device
-    from mambafuzz.judge.engine import run_case
-    from mambafuzz.cli.targets import resolve
+    from mambafuzz.control import device  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
+    from mambafuzz.judge.engine import run_case  # deferred: the engine imports numpy and the contracts: only for a run
+    from mambafuzz.control.targets import resolve  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     if "device" not in state:
         state["device"] = device.select(job["device"])

@@ -17,9 +17,9 @@ import dataclasses
 import time
 from typing import Callable
 
-from mambafuzz.run import interrupt
-from mambafuzz.run.clock import Deadline
-from mambafuzz.run import mps as mps_daemon
+from mambafuzz.control import interrupt
+from mambafuzz.control.clock import Deadline
+from mambafuzz.control import mps as mps_daemon
 from mambafuzz.run import precompile
 from mambafuzz.run.session import Session, SessionOptions, plain_options
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, second_turns
@@ -125,7 +125,7 @@ def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadl
     """Targets in worker processes (one per GPU with `gpus`, `workers_per_gpu` on cuda), resumable; the
     workers receive the run's `deadline`, start it when ready and take each target's share of it when
     the target starts; `precompile_processes` helpers build kernels ahead (``precompile``); several
-    workers on a GPU run under a private MPS daemon unless `mps` is False (``run.mps``).  With a
+    workers on a GPU run under a private MPS daemon unless `mps` is False (``control.mps``).  With a
     campaign's `turns` each worker leases its targets from the hub (no local resume state: the hub is it)."""
     entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
                 **({"path": t.path} if getattr(t, "path", None) else {})}

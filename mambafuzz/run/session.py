@@ -22,22 +22,23 @@ import multiprocessing as mp
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
 from mambafuzz import findings, strategies
-from mambafuzz.run import interrupt
 from mambafuzz.contracts import case_from_json
-from mambafuzz.judge.engine import Verdict
+from mambafuzz.control import interrupt
+from mambafuzz.control.clock import Deadline
+from mambafuzz.control.exits import WORKER_CONTEXT_LOST, WORKER_DONE, exit_code
+from mambafuzz.control.mps import bound_memory, memory_share
 from mambafuzz.errors import CaseError, InternalError, UsageError
-from mambafuzz.search.features import Tally
 from mambafuzz.findings import Finding, atomic_write_json
+from mambafuzz.judge.engine import Verdict
+from mambafuzz.search.features import Tally
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, second_turns, write_error
-from mambafuzz.run.clock import Deadline
-from mambafuzz.run.mps import memory_share
-from mambafuzz.report.outcome import WORKER_CONTEXT_LOST, WORKER_DONE, WORKER_NO_DEVICE
 
 
 FALSE_STARTS = 3  # a worker slot that dies this often before it is ready stops being restarted
@@ -73,16 +74,15 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
         pass
     if spec.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
-    from mambafuzz.run import device as device_mod
+    from mambafuzz.control import device as device_mod  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
 
     try:
         device_mod.select(spec.device)
     except UsageError as exc:  # the parent counts it a false start and tries again, or gives the slot up
         print(f"mambafuzz: worker {spec.index} could not open its device: {exc}", file=sys.stderr, flush=True)
         conn.close()
-        os._exit(WORKER_NO_DEVICE)
+        os._exit(exit_code(["no device"]))
     if spec.memory_share is not None:
-        from mambafuzz.run.mps import bound_memory
         bound_memory(spec.memory_share)
     interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
 
@@ -90,7 +90,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     opts_fields["profile"] = strategies.PROFILES[opts_fields["profile"]]
     if opts_fields.get("seed") is not None:
         opts_fields["seed"] += spec.seed_offset
-    from mambafuzz.kernels import registry  # noqa: F401 - the kernels load as part of start-up
+    from mambafuzz.kernels import registry  # noqa: F401  # deferred: the kernels load at start-up, after control.device.select
 
     deadline = spec.deadline.started()  # ready: the worker's start-up is not taken from --time
     conn.send(("hello", (os.getpid(), deadline.end)))
@@ -133,7 +133,7 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
 
 def _resolved(entry: dict):
     """The target a session entry names (UsageError when it cannot be loaded)."""
-    from mambafuzz.cli.targets import resolve
+    from mambafuzz.control.targets import resolve  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     return resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
 
@@ -164,7 +164,6 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
     try:
         report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding, resume=resume)
     except Exception as exc:  # mambafuzz's own failure: never a crash finding against the kernel
-        import traceback
 
         detail = write_error(opts, target.name, InternalError(
             f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
@@ -174,7 +173,7 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
         hooks.ended(report)
     if report.context_lost:
         conn.close()
-        os._exit(WORKER_CONTEXT_LOST)  # a broken CUDA context: let the parent start a fresh worker
+        os._exit(exit_code(["context lost"]))  # a broken CUDA context: let the parent start a fresh worker
     return report
 
 
@@ -185,7 +184,7 @@ class SessionOptions:
     options: dict                      # FuzzOptions fields, plain (profile by name)
     workers: int = 1
     gpus: list[int] | None = None
-    workers_per_gpu: int = 1           # on cuda: workers fuzzing each GPU at once (run.mps)
+    workers_per_gpu: int = 1           # on cuda: workers fuzzing each GPU at once (control.mps)
     hang_timeout: float = 120.0
     state_dir: Path | None = Path(".mambafuzz/sessions")
     fresh: bool = False
@@ -430,7 +429,7 @@ class Session:
         recurs (or the replay cannot tell): that file is the target's finding, and the others of the
         target (the same fault reaching the GPU's other workers) are removed unreplayed.  A fault that
         does not recur is dropped; a target left with none is fuzzed again by the worker that reported it."""
-        from mambafuzz.run.confirm import confirm_alone
+        from mambafuzz.run.confirm import confirm_alone  # deferred: the runner imports the fuzz loop (Hypothesis, numpy): only for a run
 
         mine = [x for x in self._suspects if x["gpu"] == gpu]
         self._suspects = [x for x in self._suspects if x["gpu"] != gpu]

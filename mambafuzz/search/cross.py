@@ -23,63 +23,22 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from mambafuzz.report.outcome import WORKER_DONE
-
 from mambafuzz.contracts import case_from_json
+from mambafuzz.control.clock import Deadline
+from mambafuzz.control.exits import exit_code
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.judge.engine import run_case
 from mambafuzz.judge.materialize import Mismatch
+from mambafuzz.findings.witness import NOT_WITNESSED, UNAVAILABLE, WITNESSED, Witness  # noqa: F401 - cross.Witness, as before
 from mambafuzz.search.reduce import reduce_case, same_value_only
 
 MARKER = "MAMBAFUZZ-CROSS "
-WITNESSED, NOT_WITNESSED, UNAVAILABLE = "witnessed", "not-witnessed", "unavailable"
-
-
-@dataclass
-class Witness:
-    """What the CPU said about a GPU finding, and what the GPU said about the CPU's smaller case."""
-
-    status: str                          # one of WITNESSED, NOT_WITNESSED, UNAVAILABLE
-    why: str = ""                        # unavailable: the one-line reason
-    summary: str = ""                    # the CPU verdict's summary (the hazard, or the differing bytes)
-    verdict: dict | None = None          # the CPU verdict on the GPU's case (JSON)
-    cpu_case: dict | None = None         # the CPU-shrunk case (JSON), when witnessed
-    cpu_summary: str = ""
-    cpu_size: list | None = None         # Case.size of the CPU-shrunk case
-    gpu_rate: list | None = None         # [k, n] of the CPU-shrunk case back on the GPU
-    adopted: bool = False                # the CPU-shrunk case failed on the GPU and became the finding
-    divergence: str = ""                 # interpreted values that differ from the GPU's on its case (one line)
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
-
-    @classmethod
-    def from_json(cls, body: dict[str, Any]) -> "Witness":
-        if not isinstance(body, dict) or body.get("status") not in (WITNESSED, NOT_WITNESSED, UNAVAILABLE):
-            raise ValueError(f"not a CPU witness: {body!r:.80}")
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in body.items() if k in known})
-
-    def line(self) -> str:
-        """One line for tables and reports."""
-        if self.status == UNAVAILABLE:
-            return f"CPU witness unavailable: {self.why}"
-        if self.status == NOT_WITNESSED:
-            return "CPU race check: clean on this case (the GPU failure is not reproduced by the interpreter)"
-        text = f"CPU race check: {self.summary}"
-        if self.gpu_rate is not None:
-            k, n = self.gpu_rate
-            text += f"; CPU-shrunk case ({self.cpu_summary}) on the GPU: {k}/{n} failed"
-            text += " (adopted)" if self.adopted else ""
-        return text
 
 
 def _request(target, case, shrink_seconds: float, compiled=None, options: dict | None = None) -> dict[str, Any]:
-    from mambafuzz.cli.targets import user_info
+    from mambafuzz.control.targets import user_info  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     info = user_info(target.name) or {}
     return {"target": target.name, "contract": case.contract, "overlap": getattr(target, "overlap", "full"),
@@ -136,8 +95,8 @@ def _same_failure(first, verdict) -> bool:
 
 def _child_answer(request: dict[str, Any]) -> Witness:
     """In the child: judge the case in race mode on the CPU and shrink it while the hazard stays."""
-    from mambafuzz.run import device
-    from mambafuzz.cli.targets import resolve_one
+    from mambafuzz.control import device  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
+    from mambafuzz.control.targets import resolve_one  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     try:
         device.select("cpu")
@@ -153,7 +112,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
     divergence = first.divergence or ""
     if not first.failed:
         return Witness(NOT_WITNESSED, summary=first.summary(), verdict=first.to_json(), divergence=divergence)
-    end = time.monotonic() + float(request.get("shrink_seconds", 30.0))
+    shrink = Deadline(float(request.get("shrink_seconds", 30.0))).started()  # the parent's clock.witness share
     best = {"verdict": first}
 
     def still_fails(smaller) -> bool:
@@ -166,7 +125,7 @@ def _child_answer(request: dict[str, Any]) -> Witness:
             return True
         return False
 
-    shrunk, _ = reduce_case(case, still_fails, lambda: time.monotonic() <= end, options=request.get("options"))
+    shrunk, _ = reduce_case(case, still_fails, lambda: not shrink.over(), options=request.get("options"))
     return Witness(WITNESSED, summary=first.summary(), verdict=first.to_json(), cpu_case=shrunk.to_json(),
                    cpu_summary=shrunk.describe(), cpu_size=list(shrunk.size), divergence=divergence)
 
@@ -179,7 +138,7 @@ def main() -> int:
         witness = Witness(UNAVAILABLE, why=f"internal error in the CPU child: {type(exc).__name__}: {exc}")
     sys.stdout.write(MARKER + json.dumps(witness.to_json()) + "\n")
     sys.stdout.flush()
-    return WORKER_DONE
+    return exit_code(["done"])
 
 
 if __name__ == "__main__":

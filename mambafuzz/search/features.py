@@ -19,8 +19,13 @@ the table counts examples that drew each label (``contracts/features.py``).
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import json
+import os
 import textwrap
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Callable
 
 from mambafuzz import contracts
@@ -308,7 +313,7 @@ class Tally:
 # ---------------------------------------------------------------- Hypothesis and the summary
 def emit(feats: dict[str, str]) -> None:
     """Each feature as a Hypothesis event (``features`` in observability records; ``--hypothesis-show-statistics``)."""
-    from hypothesis import event
+    from hypothesis import event  # deferred: Hypothesis loads with the first strategy, not with the parser
 
     for name, value in feats.items():
         event(name, value)
@@ -387,12 +392,8 @@ def run_observed(test: Callable[[], None], folder: str | None, target: str) -> N
     if not folder:
         test()
         return
-    import datetime
-    import json
-    import os
-    from pathlib import Path
 
-    from hypothesis.internal import observability as obs
+    from hypothesis.internal import observability as obs  # deferred: Hypothesis loads with the first strategy, not with the parser
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     day = datetime.date.today().isoformat()
@@ -428,10 +429,9 @@ def _jsonable(observation):
     if isinstance(observation, dict):
         return observation
     try:
-        from hypothesis.strategies._internal.utils import to_jsonable
+        from hypothesis.strategies._internal.utils import to_jsonable  # deferred: Hypothesis loads with the first strategy, not with the parser
 
         return to_jsonable(observation, avoid_realization=False)
     except Exception:  # noqa: BLE001 - an older or newer Hypothesis: the dataclass fields will do
-        import dataclasses
 
         return dataclasses.asdict(observation) if dataclasses.is_dataclass(observation) else {"repr": repr(observation)}

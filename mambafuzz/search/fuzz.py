@@ -19,7 +19,7 @@ is not a valid example (Hypothesis draws another); while shrinking it is not a
 failure.  Too few valid examples stay inconclusive.
 
 Every report says why its target stopped (``STOPS``) and what that means
-(``TargetReport.status``); ``outcome.exit_code`` turns statuses into the
+(``TargetReport.status``); ``exits.exit_code`` turns statuses into the
 process's exit code.
 """
 from __future__ import annotations
@@ -27,6 +27,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as _dt
+import json
+import os
 import random
 import re
 import time
@@ -43,8 +45,8 @@ from mambafuzz import strategies
 from mambafuzz import findings
 from mambafuzz.search import features
 from mambafuzz.search import flaky
-from mambafuzz.run import interrupt
-from mambafuzz.run.clock import Deadline
+from mambafuzz.control import interrupt
+from mambafuzz.control.clock import Deadline
 from mambafuzz import contracts
 from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts.cases import Case
@@ -185,7 +187,7 @@ class FuzzOptions:
 
 def _seed_hypothesis(seed: int) -> None:
     """Seed Hypothesis's draws without `@seed`, which would switch the example database off."""
-    import hypothesis.core
+    import hypothesis.core  # deferred: Hypothesis loads with the first strategy, not with the parser
 
     local = getattr(hypothesis.core, "threadlocal", None)
     if local is not None and hasattr(local, "_hypothesis_global_random"):
@@ -195,7 +197,7 @@ def _seed_hypothesis(seed: int) -> None:
 def check_redis(url: str) -> None:
     """Fail early, in one line, when a Redis example database does not answer."""
     try:
-        import redis
+        import redis  # deferred: redis is optional (a Redis database or --fleet only)
     except ImportError:
         raise UsageError("a redis:// database needs the 'redis' package (pip install 'mambafuzz[redis]')") from None
     try:
@@ -211,7 +213,6 @@ def check_database(value) -> None:
     would otherwise be accepted and nothing would persist.  'none' and
     redis:// (see check_redis) are not paths.
     """
-    import os
 
     if value is None or str(value).lower() == "none" or str(value).startswith("redis://"):
         return
@@ -233,7 +234,7 @@ def _database(db) -> ExampleDatabase | None:
     if db is None or isinstance(db, ExampleDatabase):
         return db
     if str(db).startswith("redis://"):
-        from mambafuzz.search import redisdb
+        from mambafuzz.search import redisdb  # deferred: the fuzz loop imports Hypothesis, numpy and the engine: only for a run
 
         return redisdb.database(str(db))
     return DirectoryBasedExampleDatabase(str(db))
@@ -242,7 +243,6 @@ def _database(db) -> ExampleDatabase | None:
 def write_error(opts: FuzzOptions, target_name: str, exc: InternalError, case: Case | None = None) -> str:
     """Put an internal error's traceback in a file, with the case it happened on (for a bug report: the
     JSON line loads with ``contracts.case_from_json``); return the one line that points at it."""
-    import json
 
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(opts.errors_dir) / f"{stamp}-{re.sub(r'[^A-Za-z0-9._-]', '_', target_name)}.txt"
@@ -373,24 +373,19 @@ def _note_fault(opts: FuzzOptions, report: TargetReport, verdict: Verdict | None
         report.context_lost = True
 
 
-def _past(until: float | None) -> Callable[[], bool]:
-    """Whether the monotonic clock has passed `until` (never, for None)."""
-    return (lambda: False) if until is None else (lambda: time.monotonic() > until)
-
-
 def _run(target, opts: FuzzOptions, case: Case, best: _Best | None = None,
-         until: float | None = None) -> Verdict:
+         until: Deadline = Deadline()) -> Verdict:
     """One example's verdict; while shrinking a GPU failure (`best` given), batches judged by k/N.
-    Nothing is launched past `until` (monotonic) but the first repetition of a batch."""
+    Nothing is launched past `until` but the first repetition of a batch."""
     one = _batch(target, opts, case, until)
     if best is None or best.case is None or not opts.flaky:
         return one()
-    return flaky.judge(one, best.p0, opts.reps, stop=_past(until))
+    return flaky.judge(one, best.p0, opts.reps, stop=until.over)
 
 
-def _batch(target, opts: FuzzOptions, case: Case, until: float | None = None) -> Callable[[], Verdict]:
+def _batch(target, opts: FuzzOptions, case: Case, until: Deadline = Deadline()) -> Callable[[], Verdict]:
     """One batch of `case`: ``opts.reps`` repetitions (fewer when `until` comes first), one verdict."""
-    return lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode, end=until)
+    return lambda: run_case(target.fn, case, opts.device, reps=opts.reps, mode=opts.mode, deadline=until)
 
 
 def _note_instrumented(report: TargetReport, verdict: Verdict) -> None:
@@ -401,7 +396,7 @@ def _note_instrumented(report: TargetReport, verdict: Verdict) -> None:
 
 
 def _judge(target, opts: FuzzOptions, case: Case, report: TargetReport, best: _Best | None = None,
-           until: float | None = None) -> Verdict | None:
+           until: Deadline = Deadline()) -> Verdict | None:
     """run_case while shrinking, with None for a case that could not be checked (that is 'passes')."""
     try:
         verdict = _run(target, opts, case, best, until)
@@ -420,7 +415,7 @@ def target_options(target, opts: FuzzOptions) -> dict:
     return {**opts.contract_options, "overlap": target.overlap, **getattr(target, "options", {})}
 
 
-def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> bool:
+def _reduce(target, opts: FuzzOptions, best: _Best, shrink: Deadline) -> bool:
     """Case-level reduction of the best failure, inside the shrink budget; whether it ran to its end
     (no smaller candidate fails) rather than being cut short."""
     report = best.report
@@ -430,34 +425,34 @@ def _reduce(target, opts: FuzzOptions, best: _Best, shrink_end: float) -> bool:
         interrupt.check()
         best.shrinks += 1
         best.rewrite(every=REWRITE_EVERY)
-        verdict = _judge(target, opts, case, report, best, shrink_end)
+        verdict = _judge(target, opts, case, report, best, shrink)
         if verdict is None or report.context_lost or not best.counts(verdict):
             return False
         best.keep(case, verdict)
         return True
 
     def budget_ok() -> bool:
-        ok = time.monotonic() <= shrink_end and not report.context_lost
+        ok = not shrink.over() and not report.context_lost
         cut[0] = cut[0] or not ok
         return ok
 
     reduce_case(best.case, still_fails, budget_ok, options=target_options(target, opts))
     # a GPU candidate judged by k/N gets fewer batches near the end: past it, "passes" is not sure
-    return not cut[0] and not (opts.flaky and time.monotonic() > shrink_end)
+    return not cut[0] and not (opts.flaky and shrink.over())
 
 
-def _not_minimal(opts: FuzzOptions, best: _Best, report: TargetReport, end: float | None) -> str:
+def _not_minimal(opts: FuzzOptions, best: _Best, report: TargetReport, deadline: Deadline) -> str:
     """Why shrinking stopped before its end (the final reduction did not run to a fixpoint)."""
     if report.interrupted:
         return "shrinking was interrupted"
     if report.context_lost:
         return "a CUDA fault stopped shrinking"
-    if end is not None and end < best.first_at + opts.shrink_budget:
+    if deadline.ends_by(best.first_at + opts.shrink_budget):
         return "the run's time ran out"
     return f"the shrink time ({opts.shrink_budget:g} s) ran out"
 
 
-def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> None:
+def _cross_check(target, opts: FuzzOptions, best: _Best, deadline: Deadline) -> None:
     """A GPU finding: the CPU's witness and deterministic shrink, then the GPU's rate on what is kept.
 
     The CPU-shrunk case (with the GPU case's perturbation put back: the CPU
@@ -467,10 +462,10 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
     rate it was found at (``found_rate``) and the rate of what it hands over.
     """
     report = best.report
-    left = (end - time.monotonic()) if end is not None else opts.witness_seconds
-    if opts.witness and left > 5:
-        seconds = min(opts.witness_seconds, left)
-        witness = cross.cpu_witness(target, best.case, timeout=seconds, shrink_seconds=seconds * 0.6,
+    share = deadline.witness(opts.witness_seconds) if opts.witness else None
+    if share is not None:
+        timeout, shrink_seconds = share
+        witness = cross.cpu_witness(target, best.case, timeout=timeout, shrink_seconds=shrink_seconds,
                                     compiled=best.verdict.mismatch if best.verdict is not None else None,
                                     options=target_options(target, opts))
         best.witness = witness
@@ -478,29 +473,29 @@ def _cross_check(target, opts: FuzzOptions, best: _Best, end: float | None) -> N
             smaller = case_from_json(witness.cpu_case)
             if getattr(best.case, "perturb", None) is not None:
                 smaller = smaller.with_perturb(best.case.perturb)
-            verdict = _judge(target, opts, smaller, report, best, end) if smaller.size < best.case.size else None
+            verdict = _judge(target, opts, smaller, report, best, deadline) if smaller.size < best.case.size else None
             if verdict is not None:
                 if best.counts(verdict):
-                    verdict = _measured(target, opts, smaller, verdict, end)
+                    verdict = _measured(target, opts, smaller, verdict, deadline)
                     witness.adopted = True
                 witness.gpu_rate = [verdict.failures, verdict.reps]
                 if witness.adopted:
                     best.keep(smaller, verdict)
                     return
     try:
-        verdict = _measured(target, opts, best.case, best.verdict, end)
+        verdict = _measured(target, opts, best.case, best.verdict, deadline)
     except Exception:  # noqa: BLE001 - the finding stands as it is; the measure was only for the report
         return
     if best.counts(verdict):
         best.keep(best.case, verdict)  # the same case, its rate measured: the file is rewritten
 
 
-def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, until: float | None) -> Verdict:
+def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, until: Deadline) -> Verdict:
     """`verdict` topped up to flaky.CONFIRM_REPS repetitions of `case` (the rate a report prints)."""
     if verdict.reps >= flaky.CONFIRM_REPS:
         return verdict
     more = flaky.measure(_batch(target, opts, case, until), opts.reps, flaky.CONFIRM_REPS - verdict.reps,
-                         stop=_past(until))
+                         stop=until.over)
     return flaky.merge(copy.copy(verdict), more)
 
 
@@ -512,44 +507,127 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
 
     `resume`: this target's report from an earlier turn of the same run (``second_turns``): its counts,
     coverage and seconds go on, and the draws differ from that turn's."""
-    if resume is None:
-        report = TargetReport(target.name, target.contract, min_examples=min(opts.min_examples, opts.max_examples))
-    else:
-        report = dataclasses.replace(resume, stop="not-run", detail=None, finished=False)
-    start = time.monotonic() - report.seconds  # seconds (and a finding's time to it) count every turn
-    end = opts.deadline.started().end  # on time.monotonic(), like every `end` and `until` below
-    if end is not None and end <= start:
-        report.detail = "not run: its share of --time had ended when it was to start"
-        report.finished = True
-        return report
-    options = target_options(target, opts)
-    report.options = contracts.get(target.contract).narrowed(options)
-    strategy = strategies.for_contract(target.contract, profile=opts.profile, **options)
-    best = _Best(target, opts, report, start, on_finding)
-    report.tally.expect(target.contract, profile=opts.profile, device=opts.device, options=options)
+    return _FuzzLoop(target, opts, progress, before_case, on_finding, resume).run()
 
-    def shrink_end() -> float:
-        limit = best.first_at + opts.shrink_budget
-        return min(limit, end) if end is not None else limit
 
-    def body(case: Case) -> None:
+class _FuzzLoop:
+    """One target's fuzzing, in the order it happens: ``run`` draws chunks of examples (``chunk``),
+    each example is checked (``check_example``: may it run, its verdict, what it counts), a failure is
+    shrunk (``shrink``) and, on a GPU, witnessed on the CPU; ``finish`` says how it ended."""
+
+    def __init__(self, target, opts: FuzzOptions, progress, before_case, on_finding, resume):
+        self.target, self.opts = target, opts
+        self.progress, self.before_case = progress, before_case
+        if resume is None:
+            self.report = TargetReport(target.name, target.contract,
+                                       min_examples=min(opts.min_examples, opts.max_examples))
+        else:
+            self.report = dataclasses.replace(resume, stop="not-run", detail=None, finished=False)
+        self.start = time.monotonic() - self.report.seconds  # seconds (and a finding's time to it) count every turn
+        self.deadline = opts.deadline.started()  # this target's share of --time, shrinking included
+        self.options = target_options(target, opts)
+        self.best = _Best(target, opts, self.report, self.start, on_finding)
+        self.chunk_index = 0 if resume is None else SECOND_TURN_CHUNKS  # --seed: other draws than the first turn's
+        self.seeds = opts.seeds
+
+    def run(self) -> TargetReport:
+        report, best, opts = self.report, self.best, self.opts
+        if self.deadline.ends_by(self.start):
+            report.detail = "not run: its share of --time had ended when it was to start"
+            report.finished = True
+            return report
+        report.options = contracts.get(self.target.contract).narrowed(self.options)
+        self.strategy = strategies.for_contract(self.target.contract, profile=opts.profile, **self.options)
+        report.tally.expect(self.target.contract, profile=opts.profile, device=opts.device, options=self.options)
+        report.stop = "max-examples"
+        try:
+            while report.examples < opts.max_examples and best.case is None:
+                if self.deadline.over():
+                    report.stop = "time"
+                    break
+                before = report.examples
+                self.chunk()
+                if report.examples == before and best.case is None:
+                    report.stop = "exhausted"  # the strategy is exhausted (or every draw was rejected)
+                    break
+            self.shrink()
+        except _Stop as stop:
+            report.stop, report.detail = stop.stop, stop.detail
+        except (interrupt.StopRequested, KeyboardInterrupt):
+            report.interrupted = True
+            report.stop = "interrupted"
+        return self.finish()
+
+    def shrinking(self) -> Deadline:
+        """The shrink's share of the deadline, from the first failure."""
+        return self.deadline.shrink(self.best.first_at, self.opts.shrink_budget)
+
+    def chunk(self) -> None:
+        """One Hypothesis run of up to ``CHUNK`` examples (the seeds first), each through ``check_example``."""
+        opts, target = self.opts, self.target
+        n = min(CHUNK, opts.max_examples - self.report.examples)
+
+        def one(case: Case) -> None:  # Hypothesis's test: a function of its own (it sets attributes on it)
+            self.check_example(case)
+
+        test = given(self.strategy)(one)
+        for case in self.seeds:  # tried before the first chunk draws anything
+            test = example(case)(test)
+        self.seeds = ()
+        test.hypothesis.inner_test._hypothesis_internal_add_digest = (
+            f"{target.name}|{opts.device}|{opts.mode}" + (f"|{opts.corpus_key}" if opts.corpus_key else "")
+        ).encode()
+        test = settings(database=_database(opts.database), max_examples=n, deadline=None, derandomize=False,
+                        suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
+                        report_multiple_bugs=False, print_blob=False,
+                        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))(test)
+        if opts.seed is not None:
+            _seed_hypothesis(opts.seed * 1_000_003 + self.chunk_index)
+        self.chunk_index += 1
+        try:
+            features.run_observed(test, opts.observe, target.name)
+        except (_CaseFailed, Flaky, Unsatisfiable, _ShrinkOver):
+            pass
+
+    def check_example(self, case: Case) -> None:
+        """One example (Hypothesis's test body): may it run, its verdict, what it counts, a failure kept."""
         interrupt.check()
+        report, best = self.report, self.best
         if report.context_lost:
             return  # every later launch would fault too: keep the case that broke the context
         shrinking = best.case is not None
+        self.may_run(shrinking)
+        if self.before_case is not None:
+            self.before_case(case)
+        verdict = self.verdict(case, shrinking)
+        if verdict is None:
+            return
+        self.count(case, verdict)
+        if not (best.counts(verdict) if shrinking else verdict.failed):
+            return
+        best.keep(case, verdict)
+        if not shrinking and not report.context_lost:  # big case-level cuts first; Hypothesis then shrinks
+            _reduce(self.target, self.opts, best, self.shrinking())
+        raise _CaseFailed(verdict.summary())
+
+    def may_run(self, shrinking: bool) -> None:
+        """Raise when this example must not run: the shrink's time, the target's time or its turn is over."""
         if shrinking:
-            if time.monotonic() > shrink_end():
+            if self.shrinking().over():
                 raise _ShrinkOver()
-            best.shrinks += 1
-            best.rewrite(every=REWRITE_EVERY)
-        elif end is not None and time.monotonic() > end:
+            self.best.shrinks += 1
+            self.best.rewrite(every=REWRITE_EVERY)
+        elif self.deadline.over():
             raise _Stop("time")
-        elif opts.turn_over is not None and (why := opts.turn_over()):
+        elif self.opts.turn_over is not None and (why := self.opts.turn_over()):
             raise _Stop("fleet", why)
-        if before_case is not None:
-            before_case(case)
+
+    def verdict(self, case: Case, shrinking: bool) -> Verdict | None:
+        """The case's verdict; None for a smaller case that could not be checked (it does not reproduce)."""
+        opts, report = self.opts, self.report
         try:
-            verdict = _run(target, opts, case, best if shrinking else None, shrink_end() if shrinking else end)
+            return _run(self.target, opts, case, self.best if shrinking else None,
+                        self.shrinking() if shrinking else self.deadline)
         except CaseError as exc:  # the contract's checks refuse what the strategy drew: counted, said in `why`
             report.rejected.append(f"{case.describe()}: {exc}")
             assume(False)
@@ -559,77 +637,46 @@ def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], No
         except Inconclusive as exc:
             if shrinking:
                 _note_fault(opts, report, None)
-                return  # this smaller case could not be checked: it does not reproduce
+                return None
             raise _Stop("inconclusive", str(exc)) from None
         except InternalError as exc:
             _note_fault(opts, report, None)  # on cuda the context may be what broke: start afresh
             if shrinking:
-                return
-            raise _Stop("internal-error", write_error(opts, target.name, exc, case)) from None
-        _note_fault(opts, report, verdict)
+                return None
+            raise _Stop("internal-error", write_error(opts, self.target.name, exc, case)) from None
+
+    def count(self, case: Case, verdict: Verdict) -> None:
+        """A checked example in the report: counts, coverage, the progress callback."""
+        report = self.report
+        _note_fault(self.opts, report, verdict)
         _note_instrumented(report, verdict)
         report.examples += 1
-        features.observe(report.tally, case, verdict, time.monotonic() - start)
+        features.observe(report.tally, case, verdict, time.monotonic() - self.start)
         report.reps += verdict.reps
         report.failed_reps += verdict.failures
-        report.seconds = time.monotonic() - start
-        if progress:
-            progress(report)
-        if not (best.counts(verdict) if shrinking else verdict.failed):
-            return
-        best.keep(case, verdict)
-        if not shrinking and not report.context_lost:  # big case-level cuts first; Hypothesis then shrinks
-            _reduce(target, opts, best, shrink_end())
-        raise _CaseFailed(verdict.summary())
+        report.seconds = time.monotonic() - self.start
+        if self.progress:
+            self.progress(report)
 
-    chunk_index = 0 if resume is None else SECOND_TURN_CHUNKS  # --seed: other draws than the first turn's
-    seeds = opts.seeds
-    report.stop = "max-examples"
-    try:
-        while report.examples < opts.max_examples and best.case is None:
-            if end is not None and time.monotonic() > end:
-                report.stop = "time"
-                break
-            n = min(CHUNK, opts.max_examples - report.examples)
-            test = given(strategy)(body)
-            for case in seeds:  # tried before the first chunk draws anything
-                test = example(case)(test)
-            seeds = ()
-            test.hypothesis.inner_test._hypothesis_internal_add_digest = (
-                f"{target.name}|{opts.device}|{opts.mode}" + (f"|{opts.corpus_key}" if opts.corpus_key else "")
-            ).encode()
-            test = settings(database=_database(opts.database), max_examples=n, deadline=None, derandomize=False,
-                            suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
-                            report_multiple_bugs=False, print_blob=False,
-                            phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))(test)
-            if opts.seed is not None:
-                _seed_hypothesis(opts.seed * 1_000_003 + chunk_index)
-            chunk_index += 1
-            before = report.examples
-            try:
-                features.run_observed(test, opts.observe, target.name)
-            except (_CaseFailed, Flaky, Unsatisfiable, _ShrinkOver):
-                pass
-            if report.examples == before and best.case is None:
-                report.stop = "exhausted"  # the strategy is exhausted (or every draw was rejected)
-                break
+    def shrink(self) -> None:
+        """After the chunks: reduce what Hypothesis shrank to, then (GPU) the CPU witness and the rate."""
+        best, report, opts = self.best, self.report, self.opts
         if best.case is not None and not report.context_lost:  # again, on what Hypothesis shrank to
-            if _reduce(target, opts, best, shrink_end()):
+            if _reduce(self.target, opts, best, self.shrinking()):
                 best.not_minimal = None
         if best.case is not None and opts.flaky and not report.context_lost and best.verdict.compile is None:
-            _cross_check(target, opts, best, end)  # a compile error is not a rate: nothing to measure
-    except _Stop as stop:
-        report.stop, report.detail = stop.stop, stop.detail
-    except (interrupt.StopRequested, KeyboardInterrupt):
-        report.interrupted = True
-        report.stop = "interrupted"
-    if best.case is not None:
-        if best.not_minimal is not None:
-            best.not_minimal = _not_minimal(opts, best, report, end)
-        best.rewrite()
-        report.finding = best.finding()  # final counts (shrink examples, minimal): the file says the same
-        if report.stop not in ("interrupted",):
-            report.stop = "finding"
-    report.seconds = time.monotonic() - start
-    report.finished = True
-    return report
+            _cross_check(self.target, opts, best, self.deadline)  # a compile error is not a rate: nothing to measure
+
+    def finish(self) -> TargetReport:
+        """The finding as its file says it (final counts, minimal or why not), the time, finished."""
+        report, best = self.report, self.best
+        if best.case is not None:
+            if best.not_minimal is not None:
+                best.not_minimal = _not_minimal(self.opts, best, report, self.deadline)
+            best.rewrite()
+            report.finding = best.finding()  # final counts (shrink examples, minimal): the file says the same
+            if report.stop not in ("interrupted",):
+                report.stop = "finding"
+        report.seconds = time.monotonic() - self.start
+        report.finished = True
+        return report

@@ -22,8 +22,8 @@ class HubDatabase(ExampleDatabase):
 
     def __init__(self, url: str):
         super().__init__()
-        import redis
-        from hypothesis.extra.redis import RedisExampleDatabase
+        import redis  # deferred: redis is optional (a Redis database or --fleet only)
+        from hypothesis.extra.redis import RedisExampleDatabase  # deferred: Hypothesis loads with the first strategy, not with the parser
 
         self.url = url
         self.inner = RedisExampleDatabase(redis.Redis.from_url(url, socket_connect_timeout=TIMEOUT,

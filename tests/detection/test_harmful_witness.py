@@ -16,7 +16,7 @@ from mambafuzz.judge.engine import run_case
 from mambafuzz.search.fuzz import fuzz_target
 from mambafuzz.oracle import SlotBuffer
 from mambafuzz.search.reduce import same_value_only
-from mambafuzz.cli.targets import resolve
+from mambafuzz.control.targets import resolve
 
 KERNELS = "tests.style_kernels.slots"
 BUF = SlotBuffer(offset=0, layers=1, slots=3, slot_bytes=16, slot_stride=16, layer_stride=48, elem_size=1)

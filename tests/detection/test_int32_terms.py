@@ -20,7 +20,7 @@ from mambafuzz.search import features
 from mambafuzz.judge.engine import run_case
 from mambafuzz.search.fuzz import fuzz_target
 from mambafuzz.kernels import registry
-from mambafuzz.cli.targets import resolve
+from mambafuzz.control.targets import resolve
 
 SMOKE_EXAMPLES = 60  # what `mambafuzz smoke` runs per target
 TERMS = {"slot_copy": ("layer", "slot", "element"), "slot_fork": ("layer", "slot", "element"),

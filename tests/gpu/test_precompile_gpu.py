@@ -20,10 +20,10 @@ EXAMPLES = 40
 
 WARM = f"""
 from mambafuzz import strategies
-from mambafuzz.run import device
+from mambafuzz.control import device
 from mambafuzz.run import precompile
 from mambafuzz.search.fuzz import FuzzOptions
-from mambafuzz.cli.targets import resolve
+from mambafuzz.control.targets import resolve
 device.select("cuda")
 opts = FuzzOptions(device="cuda", mode="compare", reps=50, profile=strategies.PROFILES["gpu-amp"])
 with precompile.ahead(resolve(["{TARGET}"]), opts, 6) as pre:

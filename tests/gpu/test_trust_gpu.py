@@ -58,7 +58,7 @@ def test_the_cli_reports_a_compile_finding_and_still_judges_the_other_target(tmp
 def test_the_cpu_witness_runs_loaded_loop_bounds_on_this_boxs_triton():
     from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
     from mambafuzz.search.cross import WITNESSED, cpu_witness
-    from mambafuzz.cli.targets import user_target
+    from mambafuzz.control.targets import user_target
 
     target = user_target("style_kernels.batch:left_barrier_before_load", "batch_memcpy", overlap="left")
     case = BatchCopyCase(arena_size=256, copies=((16, 8, 64),), seed=3)

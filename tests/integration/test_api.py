@@ -183,7 +183,7 @@ def test_public_strategies_in_a_plain_given_test(case):
 def test_the_cli_passes_contract_options_through(capsys, tmp_path):
     args = cli.build_parser().parse_args(["fuzz", "--target", "triton.state_copy", "--tiles", "16",
                                           "--skip-equal-cols", "yes", "--layout", "sd"])
-    options = cli._fuzz_options(args, "cpu").contract_options
+    options = cli.commands.fuzz_options(args, "cpu").contract_options
     assert {k: options[k] for k in ("layout", "tiles", "skip_equal_cols")} == {"layout": "sd", "tiles": "16",
                                                                                "skip_equal_cols": "yes"}
     with pytest.raises(SystemExit) as bad:

@@ -105,7 +105,7 @@ def test_a_kernel_run_without_warp_delays_is_named_in_the_report():
         _note_instrumented(report, back)
     assert report.uninstrumented == {"_opaque": "no source (a precompiled binary)"}
     assert TargetReport.from_json(json.loads(json.dumps(report.to_json()))).uninstrumented == report.uninstrumented
-    lines = cli._details([report], "cuda")
+    lines = cli.output.details([report], "cuda")
     assert lines == ["NOTE pkg.mod:copy: kernel _opaque ran without warp delays: no source (a precompiled binary)"]
 
 

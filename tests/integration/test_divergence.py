@@ -15,7 +15,7 @@ from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.findings.replay import STILL_FAILING, replay_one
 from mambafuzz.judge.engine import run_case
 from mambafuzz.cli import replay_lines
-from mambafuzz.cli.targets import resolve_one
+from mambafuzz.control.targets import resolve_one
 
 CASE = BatchCopyCase(arena_size=64, copies=((0, 32, 13),), seed=3)
 

@@ -203,7 +203,7 @@ def test_replay_and_the_corpus_of_a_case_the_target_now_rejects(tmp_path):
 @pytest.mark.slow
 @pytest.mark.matrix
 def test_the_cpu_witness_of_a_case_the_target_rejects_on_the_cpu(tmp_path, monkeypatch):
-    from mambafuzz.cli.targets import user_target
+    from mambafuzz.control.targets import user_target
 
     (tmp_path / "limited.py").write_text(USER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))

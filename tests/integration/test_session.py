@@ -219,7 +219,7 @@ def test_a_short_time_is_fuzzing_time_not_start_up(workdir):
 
 
 def test_a_deadline_shares_what_is_left_and_says_truly_why_a_target_did_not_run():
-    from mambafuzz.run.clock import Deadline
+    from mambafuzz.control.clock import Deadline
 
     unlimited = Deadline()
     assert unlimited.started() == unlimited and unlimited.share(3) == Deadline() and not unlimited.over()

@@ -12,7 +12,8 @@ import pytest
 
 import mambafuzz.judge.engine as engine
 from mambafuzz.errors import InternalError
-from mambafuzz.run import confirm, mps
+from mambafuzz.run import confirm
+from mambafuzz.control import mps
 from mambafuzz.run.session import Session, SessionOptions, plain_options
 
 from common import fuzz_options

@@ -24,7 +24,7 @@ from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.findings import load
 from mambafuzz.judge.engine import run_case
 from mambafuzz.errors import Inconclusive, InternalError
-from mambafuzz.report.outcome import exit_code
+from mambafuzz.control.exits import exit_code
 
 CASE = BatchCopyCase(arena_size=64, copies=((8, 0, 16),), seed=3)
 
@@ -300,7 +300,7 @@ def test_inherited_triton_interpret_that_contradicts_the_device_is_an_error(tmp_
 
 
 def test_device_guard_asks_the_kernels_themselves():
-    from mambafuzz.run import device
+    from mambafuzz.control import device
 
     assert device.kernels_loaded_interpreted() is True  # this test process runs interpreted
     assert device.select("cpu") == "cpu" and device.select("cpu") == "cpu"

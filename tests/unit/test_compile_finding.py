@@ -15,7 +15,7 @@ from mambafuzz.judge import blame
 from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.judge.engine import Verdict, run_case
 from mambafuzz.search.fuzz import fuzz_target
-from mambafuzz.cli.targets import user_target
+from mambafuzz.control.targets import user_target
 from style_kernels import compile_check
 
 ONE_COPY = BatchCopyCase(arena_size=64, copies=((0, 32, 8),), seed=1)

@@ -13,7 +13,7 @@ import pytest
 from mambafuzz.kernels import registry
 from mambafuzz import findings
 from mambafuzz.judge.engine import run_case
-from mambafuzz.run.clock import Deadline
+from mambafuzz.control.clock import Deadline
 from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.judge.materialize import fill_bytes, materialize
 from mambafuzz.findings.replay import replay
@@ -271,9 +271,9 @@ def test_no_repetition_starts_past_the_end_but_the_first():
         calls.append(1)
         _python_memmove(src_ptrs, dst_ptrs, sizes, arena=arena)
 
-    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", end=time.monotonic() - 1)
+    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", deadline=Deadline.until(time.monotonic() - 1))
     assert (v.reps, v.failures, len(calls)) == (1, 0, 1)
-    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", end=time.monotonic() + 60)
+    v = run_case(counted, LEFT_SHIFT, "cpu", reps=5, mode="compare", deadline=Deadline.until(time.monotonic() + 60))
     assert (v.reps, len(calls)) == (5, 6)
 
 

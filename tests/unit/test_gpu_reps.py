@@ -28,6 +28,7 @@ from mambafuzz import kernels  # noqa: E402
 from mambafuzz.kernels import registry  # noqa: E402
 from mambafuzz.judge import check as check_module  # noqa: E402
 from mambafuzz.judge.check import CheckRestore, ChunkCheck, check_restore, check_restore_sparse  # noqa: E402
+from mambafuzz.control.clock import Deadline  # noqa: E402
 from mambafuzz.judge import engine  # noqa: E402
 from mambafuzz.judge import gpu_reps
 from mambafuzz.contracts import pools as pool_contracts  # noqa: E402
@@ -183,7 +184,7 @@ def _boxed(plan, try_graph, per, end):
         filled.append(("loop", slot))
         clock.t += per
 
-    box = gpu_reps.TimeBox(end, clock.sync, clock)
+    box = gpu_reps.TimeBox(Deadline.until(end), clock.sync, clock)
     d = drive(plan, try_graph, lambda: Graph(plan, filled), launch, lambda: None, None, box)
     return d, filled, clock
 
@@ -734,7 +735,7 @@ def test_a_batch_cut_short_still_judges_every_chunk_at_its_end(graph):
     in full repetitions) is still counted, and restored: the next batch of a correct kernel passes."""
     m = _stray_case(False)
     r = run_reps(m, one_byte_past, 7, graph=graph, k=3, capture=eager_capture if graph else None,
-                 judge="chunks", chunk_words=W, full_every=100, end=-1.0)
+                 judge="chunks", chunk_words=W, full_every=100, deadline=Deadline.until(-1.0))
     assert r.reps == (plan_batches(7, 3).k if graph else 1) and r.per_rep_mismatch.tolist()[-1] == 1
     assert r.per_rep_mismatch.tolist()[:-1] == [0] * (r.reps - 1)
     good = registry.get("triton.batch_memcpy").fn
@@ -753,7 +754,7 @@ def test_failing_mismatch_reruns_once_past_the_end():
 
     res = run_reps(m, fails_only_in_the_batch, 1, judge="full")
     assert res.failures == 1
-    mm = failing_mismatch(m, fails_only_in_the_batch, res, end=-1.0)
+    mm = failing_mismatch(m, fails_only_in_the_batch, res, deadline=Deadline.until(-1.0))
     assert len(calls) == 2 and mm is not None and "1 plain reruns did not fail again" in mm.note
 
 

@@ -21,7 +21,7 @@ _KERNEL_HELPERS = "mambafuzz.kernels.copy"
 
 def _cuda_available() -> bool:
     try:
-        import torch
+        import torch  # deferred: torch takes seconds to import
     except ImportError:  # pragma: no cover - torch is a dependency
         return False
     return torch.cuda.is_available()
@@ -35,7 +35,7 @@ def kernels_loaded_interpreted() -> bool | None:
     """
     if _KERNEL_HELPERS not in sys.modules:
         return None
-    from mambafuzz.kernels import copy
+    from mambafuzz.kernels import copy  # deferred: the kernels: Triton fixes compiled or interpreted when they are imported (after control.device.select)
     return not bool(copy.COMPILED)
 
 

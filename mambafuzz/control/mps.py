@@ -43,7 +43,7 @@ def memory_share(position: int, k: int) -> float:
 
 def bound_memory(share: float) -> None:
     """Make torch's allocator refuse past `share` of the GPU (an out-of-memory then declines the case)."""
-    import torch
+    import torch  # deferred: torch takes seconds to import
 
     torch.cuda.set_per_process_memory_fraction(share)
     os.environ[SHARE_ENV] = f"{share:.4f}"

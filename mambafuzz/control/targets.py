@@ -19,7 +19,7 @@ from mambafuzz.errors import UsageError
 
 
 def _registry():
-    from mambafuzz.kernels import registry  # imported late: the device must be chosen first
+    from mambafuzz.kernels import registry  # deferred: the device must be chosen first
     return registry
 
 

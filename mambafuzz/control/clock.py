@@ -2,15 +2,19 @@
 
 The CLI (or ``check()``) makes one ``Deadline``; the runner or each session
 worker starts it when fuzzing can and gives every target ``Deadline.share`` of
-what is left; ``fuzz_target`` stops at its share's end and hands that end (a
-float on the same clock) to shrinking and the GPU batch (``gpu_reps.TimeBox``).
-The share formula is here and nowhere else.
+what is left; ``fuzz_target`` stops at its share's end and hands the share
+itself, or a part of it (``shrink``, ``witness``), to shrinking, the CPU
+witness, ``judge.engine.run_case`` and the GPU batch (``gpu_reps.TimeBox``).
+Every share and margin is a method here and nowhere else.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
 from dataclasses import dataclass
+
+WITNESS_MIN_SECONDS = 5.0  # less left than this: no CPU witness (the child's imports alone take seconds)
+WITNESS_SHRINK_PART = 0.6  # of the witness's time, the child's shrinking (the rest: imports, the first run)
 
 
 @dataclass(frozen=True)
@@ -33,8 +37,37 @@ class Deadline:
             return self
         return dataclasses.replace(self, end=time.monotonic() + self.seconds)
 
+    @classmethod
+    def until(cls, end: float | None) -> "Deadline":
+        """The deadline that ends at `end` on ``time.monotonic()`` (None: never)."""
+        return cls(None if end is None else 0.0, end)
+
     def over(self) -> bool:
         return self.end is not None and time.monotonic() >= self.end
+
+    def left(self) -> float | None:
+        """Seconds to the end from now (None: no limit; never below 0)."""
+        return None if self.end is None else max(0.0, self.end - time.monotonic())
+
+    def ends_by(self, moment: float) -> bool:
+        """Whether this deadline ends by `moment` (on ``time.monotonic()``): a target's share that ended
+        before it started, a shrink the run's end cut short."""
+        return self.end is not None and self.end <= moment
+
+    def shrink(self, first_failure: float, seconds: float) -> "Deadline":
+        """Shrinking's share: `seconds` (``--shrink-time``) from the first failure, within this one."""
+        end = first_failure + seconds
+        return Deadline(seconds, end if self.end is None else min(end, self.end))
+
+    def witness(self, seconds: float) -> tuple[float, float] | None:
+        """The CPU witness's share (``search/cross``): its child's timeout, at most `seconds`, and the
+        part of it the child shrinks for; None when too little is left to start one."""
+        left = self.left()
+        left = seconds if left is None else left
+        if left <= WITNESS_MIN_SECONDS:
+            return None
+        timeout = min(seconds, left)
+        return timeout, timeout * WITNESS_SHRINK_PART
 
     def share(self, targets_left: int) -> "Deadline":
         """The next target's share, started: an equal part of what is left, over the `targets_left`
