@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def fill_smoke(p):
         _add_run_options(p, max_examples=60, time_default=SMOKE_TIME)
+        p.add_argument("--coverage", action="store_true",
+                       help="print each target's coverage counts (without it: one summary line)")
 
     def fill_zoo(p):
         p.add_argument("--target", action="append", default=None, help="only these zoo targets (names or globs)")
@@ -274,10 +276,16 @@ def _observe_dir(folder: Path | None) -> str | None:
     return str(folder.absolute())
 
 
-def _print_coverage(reports) -> None:
+def _print_coverage(reports, summary: bool = False) -> None:
     """Per target, how many examples drew each feature's buckets; a warning (for a target with no finding)
-    about the buckets its contract draws that this run never did.  Lines fit 80 columns."""
+    about the buckets its contract draws that this run never did.  Lines fit 80 columns.  `summary`
+    (smoke without --coverage): one line for the whole run instead."""
     from mambafuzz.search.features import summary_lines
+
+    if summary:
+        from mambafuzz.report.tables import coverage_summary
+        print(coverage_summary(reports))
+        return
 
     for r in reports:
         for line in summary_lines(r.target, r.tally, warn=r.finding is None, options=r.options):
@@ -308,27 +316,11 @@ def _check_writable(folder: Path, what: str | None = None) -> None:
         raise UsageError(f"{what or f'crashes folder {folder} is not writable'}: {exc.strerror or exc}") from None
 
 
-_STYLES = {"finding": "red", "clean": "green", "inconclusive": "yellow", "interrupted": "yellow"}
-
-
 def _report_table(reports, title: str):
     """Counts only, so it fits 80 columns; details follow as plain lines (``_details``)."""
-    from rich.table import Table
+    from mambafuzz.report.tables import report_table
 
-    table = Table(title=title)
-    for col in ("target", "status", "examples", "reps", "failed", "time"):
-        table.add_column(col, overflow="fold", justify="left" if col in ("target", "status") else "right")
-    for r in reports:
-        table.add_row(r.target, f"[{_STYLES.get(r.status, 'yellow')}]{r.status}[/]", str(r.examples), str(r.reps),
-                      _failed_cell(r), f"{r.seconds:.1f}s")
-    return table
-
-
-def _failed_cell(r) -> str:
-    """Failing repetitions; a recorded hazard (race, oob) needs no wrong byte and is no rate: its kind."""
-    if r.finding is None or not r.finding.deterministic:
-        return str(r.failed_reps)
-    return r.finding.verdict.kind
+    return report_table(reports, title)[0]
 
 
 def _details(reports, device: str) -> list[str]:
@@ -393,8 +385,10 @@ class _View:
         self.console = Console(stderr=True, quiet=quiet)
         self.live = None
         if self.console.is_terminal and not quiet:
-            self.live = Live(_report_table([], title), console=self.console, refresh_per_second=4)
-        self.said: set[str] = set()
+            # transient: the final table is printed once, after the run (``_print_reports``)
+            self.live = Live(_report_table([], title), console=self.console, refresh_per_second=4,
+                             transient=True)
+        self.said: dict[str, str] = {}
         self.quiet = quiet
 
     def __enter__(self):
@@ -405,18 +399,19 @@ class _View:
     def __exit__(self, *exc):
         if self.live is not None:
             self.live.__exit__(*exc)
-            self.console.print()  # the table ends with a newline, whatever follows
         return False
 
     def update(self, reports) -> None:
         if self.live is not None:
             self.live.update(_report_table(reports, self.title))
             return
-        for r in reports:
-            if r.finished and r.target not in self.said and not self.quiet:
-                self.said.add(r.target)
-                print(f"{r.target}: {r.status}, {r.examples} examples, {r.seconds:.1f}s", file=sys.stderr,
-                      flush=True)
+        from mambafuzz.report.tables import progress_line
+
+        for r in reports:  # a line when a turn ends, of the numbers the final table shows
+            if r.finished and not self.quiet and self.said.get(r.target) != (line := progress_line(r)):
+                again = r.target in self.said
+                self.said[r.target] = line
+                print(progress_line(r, again=again), file=sys.stderr, flush=True)
 
 
 def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool,
@@ -446,15 +441,19 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
                 targets, opts, deadline=deadline, workers=args.workers, gpus=gpus, workers_per_gpu=per_gpu,
                 mps=args.mps,
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
-                on_resume=lambda done: err.print(f"resuming a saved session: {len(done)} target(s) already done "
-                                                 f"({', '.join(done)}); --fresh starts over", highlight=False),
+                on_resume=lambda line: err.print(line, highlight=False, markup=False),
                 precompile_processes=helpers, turns=turns)
         return runner.run_in_process(targets, opts, deadline=deadline, on_update=view.update,
                                      precompile_processes=helpers, turns=turns)
 
 
 def _print_reports(reports, title: str, device: str) -> None:
-    out.print(_report_table(reports, title))
+    from mambafuzz.report.tables import report_table
+
+    table, notes = report_table(reports, title)
+    out.print(table)
+    for line in notes:
+        print(line)
     for line in _details(reports, device):
         print(line, flush=True)
 
@@ -468,14 +467,12 @@ def cmd_list(args) -> int:
                            "bug": t.bug, "devices": list(t.devices), "description": t.description}
                           for t in targets], indent=2))
         return EXIT_CLEAN
-    from rich.table import Table
+    from mambafuzz.report.tables import list_table
 
-    table = Table(title="mambafuzz targets")
-    for col in ("name", "contract", "kind", "overlap", "devices"):
-        table.add_column(col, no_wrap=True, overflow="fold")
-    for t in targets:
-        table.add_row(t.name, t.contract, t.kind, t.overlap, ", ".join(t.devices))
+    table, notes = list_table(targets)
     out.print(table)
+    for line in notes:
+        print(line)
     for line in description_lines(targets):  # prose as plain lines: a table column of it is unreadable
         print(line)
     for line in option_lines():
@@ -546,7 +543,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
                            targets=[r.to_json() for r in reports], **({"fleet": campaign} if fleet else {})))
         return code
     _print_reports(reports, title, device)
-    _print_coverage(reports)
+    _print_coverage(reports, summary=smoke and not args.coverage)
     for line in short_share_lines(reports):
         print(line)
     for line in fleet_lines if fleet is not None else ():
@@ -607,11 +604,9 @@ def cmd_zoo(args) -> int:
     if args.json:
         _emit(_report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
         return code
-    from rich.table import Table
+    from mambafuzz.report.tables import table as names_table
 
-    table = Table(title="bug zoo")
-    for col in ("variant", "caught", "by", "1st failure"):
-        table.add_column(col, overflow="fold")
+    cells = []
     for r, row in zip(reports, rows):
         f = r.finding
         caught = ("[green]caught[/]" if row["caught"] else "[red]ESCAPED[/]" if r.target in escaped
@@ -620,8 +615,11 @@ def cmd_zoo(args) -> int:
         if f and not row["caught"]:
             by += f", not {' or '.join(expected[r.target])}"
         first = f"{round(f.seconds_to_first, 2)}s, ex {f.examples_to_first}" if f else ""
-        table.add_row(r.target, caught, by, first)
+        cells.append([r.target, caught, by, first])
+    table, notes = names_table("bug zoo", ["variant", "caught", "by", "1st failure"], cells)
     out.print(table)
+    for line in notes:
+        print(line)
     for r, row in zip(reports, rows):
         if r.finding and not row["caught"]:
             for line in _zoo_escape_lines(r, expected[r.target], device):
@@ -683,33 +681,32 @@ def cmd_replay(args) -> int:
     for r in rows:
         if r.status == COULD_NOT_RUN:
             reason = r.reason if str(r.path) in r.reason else f"{r.path}: {r.reason}"
-            err.print(f"mambafuzz: error: {reason}", highlight=False)
+            err.print(f"mambafuzz: error: {reason}", highlight=False, markup=False)
     code = exit_code(rows)
     interrupt.hold()  # the verdict is decided: no signal changes it now
     if args.json:
         mode = args.mode or (None if device == "cpu" else "compare")  # None: each file's recorded mode
-        _emit(_report_json("replay", device, mode, interrupt.requested(), code, files=[r.to_json() for r in rows]))
-    else:
-        out.print(_replay_table(rows, device))
-        for line in replay_lines(rows):
+        none_ran = {"error": "; ".join(r.reason for r in rows)} if all(r.status == COULD_NOT_RUN for r in rows) else {}
+        _emit(_report_json("replay", device, mode, interrupt.requested(), code, **none_ran,
+                           files=[r.to_json() for r in rows]))
+    elif any(r.status != COULD_NOT_RUN for r in rows):  # a file that could not run had its line on stderr
+        table, notes = _replay_table(rows, device)
+        out.print(table)
+        for line in notes + replay_lines(rows):
             print(line)
     return code
 
 
 def _replay_table(rows, device: str):
-    """Short cells only, kept whole (a target name folds only when it alone is wider than the
-    table); each file's path and detail follow as plain lines (``replay_lines``)."""
-    from rich.table import Table
+    """Short cells only, a target's name broken between its parts (``report.tables``), and the lines
+    naming a name it shortened; each file's path and detail follow as plain lines (``replay_lines``)."""
+    from mambafuzz.report.tables import table
 
-    table = Table(title=f"replay ({device})")
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("target", no_wrap=True, overflow="fold")
-    for col in ("status", "k/N"):
-        table.add_column(col, no_wrap=True)
+    cells = []
     for i, r in enumerate(rows, 1):
         style = {"still failing": "red", "fixed": "green"}.get(r.status, "yellow")
-        table.add_row(str(i), r.target, f"[{style}]{r.status}[/]", r.rate())
-    return table
+        cells.append([str(i), r.target, f"[{style}]{r.status}[/]", r.rate()])
+    return table(f"replay ({device})", ["#", "target", "status", "k/N"], cells, name_column=1, right=("#",))
 
 
 def replay_lines(rows, width: int = 80) -> list[str]:
