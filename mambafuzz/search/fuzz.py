@@ -148,8 +148,10 @@ class TargetReport:
         f = self.finding
         if f is None:
             return {"first_failure_example": None, "first_failure_s": None, "shrink_s": None}
-        return {"first_failure_example": f.examples_to_first, "first_failure_s": round(f.seconds_to_first, 3),
-                "shrink_s": round(max(self.seconds - f.seconds_to_first, 0.0), 3)}
+        first, seconds = round(f.seconds_to_first, 3), round(self.seconds, 3)  # as to_json has them: the
+        # same shrink_s again from a report read back (a difference of unrounded numbers can round apart)
+        return {"first_failure_example": f.examples_to_first, "first_failure_s": first,
+                "shrink_s": round(max(seconds - first, 0.0), 3)}
 
     @classmethod
     def from_json(cls, body: dict) -> "TargetReport":
