@@ -614,7 +614,7 @@ def cmd_zoo(args) -> int:
         by = f.verdict.kind if f else ""
         if f and not row["caught"]:
             by += f", not {' or '.join(expected[r.target])}"
-        first = f"{round(f.seconds_to_first, 2)}s, ex {f.examples_to_first}" if f else ""
+        first = f"{f.seconds_to_first:.1f}s, ex {f.examples_to_first}" if f else ""  # as the progress lines
         cells.append([r.target, caught, by, first])
     table, notes = names_table("bug zoo", ["variant", "caught", "by", "1st failure"], cells)
     out.print(table)

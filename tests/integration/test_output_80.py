@@ -132,3 +132,13 @@ def test_a_resumed_session_says_what_it_takes_over(tmp_path):
         "--fresh starts over")
     assert Session(entries, SessionOptions(device="cpu", options={"max_examples": 60}, state_dir=tmp_path,
                                            fresh=True)).resume_line() is None
+
+
+def test_the_zoo_tables_first_failure_is_the_progress_lines(tmp_path):
+    proc = mf("zoo", "--target", "zoo.CP-NOINIT", "--seed", "1", "--database", "none", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = table_rows(proc.stdout)
+    seconds, example = re.fullmatch(r"(\d+\.\d)s, ex (\d+)", row[3]).groups()
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("zoo.CP-NOINIT: ")]
+    assert line.startswith(f"zoo.CP-NOINIT: finding, {example}+"), line
+    assert f" examples, {seconds}+" in line, (row, line)
