@@ -107,8 +107,7 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
                 targets, opts, deadline=deadline, workers=args.workers, gpus=gpus, workers_per_gpu=per_gpu,
                 mps=args.mps,
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
-                on_resume=lambda done: err.print(f"resuming a saved session: {len(done)} target(s) already done "
-                                                 f"({', '.join(done)}); --fresh starts over", highlight=False),
+                on_resume=lambda line: err.print(line, highlight=False, markup=False),
                 precompile_processes=helpers, turns=turns)
         return runner.run_in_process(targets, opts, deadline=deadline, on_update=view.update,
                                      precompile_processes=helpers, turns=turns)
@@ -123,14 +122,12 @@ def cmd_list(args) -> int:
                            "bug": t.bug, "devices": list(t.devices), "description": t.description}
                           for t in targets], indent=2))
         return exits.exit_code(["done"])
-    from rich.table import Table  # deferred: rich takes longer to import than --help to run
+    from mambafuzz.report.tables import list_table  # deferred: rich takes longer to import than --help to run
 
-    table = Table(title="mambafuzz targets")
-    for col in ("name", "contract", "kind", "overlap", "devices"):
-        table.add_column(col, no_wrap=True, overflow="fold")
-    for t in targets:
-        table.add_row(t.name, t.contract, t.kind, t.overlap, ", ".join(t.devices))
+    table, notes = list_table(targets)
     out.print(table)
+    for line in notes:
+        print(line)
     for line in description_lines(targets):  # prose as plain lines: a table column of it is unreadable
         print(line)
     for line in option_lines():
@@ -176,7 +173,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
                            targets=[r.to_json() for r in reports], **({"fleet": campaign} if fleet else {})))
         return code
     print_reports(reports, title, device)
-    print_coverage(reports)
+    print_coverage(reports, summary=smoke and not args.coverage)
     for line in short_share_lines(reports):
         print(line)
     for line in fleet_lines if fleet is not None else ():
@@ -230,11 +227,9 @@ def cmd_zoo(args) -> int:
     if args.json:
         emit(report_json("zoo", device, opts.mode, interrupted, code, targets=rows))
         return code
-    from rich.table import Table  # deferred: rich takes longer to import than --help to run
+    from mambafuzz.report.tables import table as names_table  # deferred: rich takes longer to import than --help to run
 
-    table = Table(title="bug zoo")
-    for col in ("variant", "caught", "by", "1st failure"):
-        table.add_column(col, overflow="fold")
+    cells = []
     for r, row in zip(reports, rows):
         f = r.finding
         caught = ("[green]caught[/]" if row["caught"] else "[red]ESCAPED[/]" if r.target in escaped
@@ -242,9 +237,12 @@ def cmd_zoo(args) -> int:
         by = f.verdict.kind if f else ""
         if f and not row["caught"]:
             by += f", not {' or '.join(expected[r.target])}"
-        first = f"{round(f.seconds_to_first, 2)}s, ex {f.examples_to_first}" if f else ""
-        table.add_row(r.target, caught, by, first)
+        first = f"{f.seconds_to_first:.1f}s, ex {f.examples_to_first}" if f else ""  # as the progress lines
+        cells.append([r.target, caught, by, first])
+    table, notes = names_table("bug zoo", ["variant", "caught", "by", "1st failure"], cells)
     out.print(table)
+    for line in notes:
+        print(line)
     for r, row in zip(reports, rows):
         if r.finding and not row["caught"]:
             for line in zoo_escape_lines(r, expected[r.target], device):
@@ -306,15 +304,18 @@ def cmd_replay(args) -> int:
     for r in rows:
         if r.status == COULD_NOT_RUN:
             reason = r.reason if str(r.path) in r.reason else f"{r.path}: {r.reason}"
-            err.print(f"mambafuzz: error: {reason}", highlight=False)
+            err.print(f"mambafuzz: error: {reason}", highlight=False, markup=False)
     code = exits.exit_code([r.status for r in rows] or [COULD_NOT_RUN])  # no file at all is bad input
     interrupt.hold()  # the verdict is decided: no signal changes it now
     if args.json:
         mode = args.mode or (None if device == "cpu" else "compare")  # None: each file's recorded mode
-        emit(report_json("replay", device, mode, interrupt.requested(), code, files=[r.to_json() for r in rows]))
-    else:
-        out.print(replay_table(rows, device))
-        for line in replay_lines(rows):
+        none_ran = {"error": "; ".join(r.reason for r in rows)} if all(r.status == COULD_NOT_RUN for r in rows) else {}
+        emit(report_json("replay", device, mode, interrupt.requested(), code, **none_ran,
+                         files=[r.to_json() for r in rows]))
+    elif any(r.status != COULD_NOT_RUN for r in rows):  # a file that could not run had its line on stderr
+        table, notes = replay_table(rows, device)
+        out.print(table)
+        for line in notes + replay_lines(rows):
             print(line)
     return code
 

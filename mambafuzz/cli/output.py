@@ -34,11 +34,16 @@ out = _Console(soft_wrap=True)
 err = _Console(stderr=True, soft_wrap=True)
 
 
-def print_coverage(reports) -> None:
+def print_coverage(reports, summary: bool = False) -> None:
     """Per target, how many examples drew each feature's buckets; a warning (for a target with no finding)
-    about the buckets its contract draws that this run never did.  Lines fit 80 columns."""
+    about the buckets its contract draws that this run never did.  Lines fit 80 columns.  `summary`
+    (smoke without --coverage): one line for the whole run instead."""
     from mambafuzz.search.features import summary_lines  # deferred: the fuzz loop imports Hypothesis, numpy and the engine: only for a run
 
+    if summary:
+        from mambafuzz.report.tables import coverage_summary  # deferred: rich, only for a run's output
+        print(coverage_summary(reports))
+        return
     for r in reports:
         for line in summary_lines(r.target, r.tally, warn=r.finding is None, options=r.options):
             print(line)
@@ -57,27 +62,11 @@ def short_share_lines(reports, width: int = 80) -> list[str]:
     return textwrap.wrap(text, width=width, subsequent_indent="      ", break_on_hyphens=False)
 
 
-_STYLES = {"finding": "red", "clean": "green", "inconclusive": "yellow", "interrupted": "yellow"}
-
-
 def report_table(reports, title: str):
     """Counts only, so it fits 80 columns; details follow as plain lines (``details``)."""
-    from rich.table import Table  # deferred: rich takes longer to import than --help to run
+    from mambafuzz.report.tables import report_table as table  # deferred: rich takes longer to import than --help to run
 
-    table = Table(title=title)
-    for col in ("target", "status", "examples", "reps", "failed", "time"):
-        table.add_column(col, overflow="fold", justify="left" if col in ("target", "status") else "right")
-    for r in reports:
-        table.add_row(r.target, f"[{_STYLES.get(r.status, 'yellow')}]{r.status}[/]", str(r.examples), str(r.reps),
-                      failed_cell(r), f"{r.seconds:.1f}s")
-    return table
-
-
-def failed_cell(r) -> str:
-    """Failing repetitions; a recorded hazard (race, oob) needs no wrong byte and is no rate: its kind."""
-    if r.finding is None or not r.finding.deterministic:
-        return str(r.failed_reps)
-    return r.finding.verdict.kind
+    return table(reports, title)[0]
 
 
 def details(reports, device: str) -> list[str]:
@@ -124,8 +113,10 @@ class View:
         self.console = Console(stderr=True, quiet=quiet)
         self.live = None
         if self.console.is_terminal and not quiet:
-            self.live = Live(report_table([], title), console=self.console, refresh_per_second=4)
-        self.said: set[str] = set()
+            # transient: the final table is printed once, after the run (``print_reports``)
+            self.live = Live(report_table([], title), console=self.console, refresh_per_second=4,
+                             transient=True)
+        self.said: dict[str, str] = {}
         self.quiet = quiet
 
     def __enter__(self):
@@ -136,22 +127,28 @@ class View:
     def __exit__(self, *exc):
         if self.live is not None:
             self.live.__exit__(*exc)
-            self.console.print()  # the table ends with a newline, whatever follows
         return False
 
     def update(self, reports) -> None:
         if self.live is not None:
             self.live.update(report_table(reports, self.title))
             return
-        for r in reports:
-            if r.finished and r.target not in self.said and not self.quiet:
-                self.said.add(r.target)
-                print(f"{r.target}: {r.status}, {r.examples} examples, {r.seconds:.1f}s", file=sys.stderr,
-                      flush=True)
+        from mambafuzz.report.tables import progress_line  # deferred: rich, only for a run's output
+
+        for r in reports:  # a line when a turn ends, of the numbers the final table shows
+            if r.finished and not self.quiet and self.said.get(r.target) != (line := progress_line(r)):
+                again = r.target in self.said
+                self.said[r.target] = line
+                print(progress_line(r, again=again), file=sys.stderr, flush=True)
 
 
 def print_reports(reports, title: str, device: str) -> None:
-    out.print(report_table(reports, title))
+    from mambafuzz.report.tables import report_table as table  # deferred: rich, only for a run's output
+
+    rendered, notes = table(reports, title)
+    out.print(rendered)
+    for line in notes:
+        print(line)
     for line in details(reports, device):
         print(line, flush=True)
 
@@ -190,19 +187,15 @@ def zoo_escape_lines(report, kinds: tuple[str, ...], device: str, width: int = 8
 
 
 def replay_table(rows, device: str):
-    """Short cells only, kept whole (a target name folds only when it alone is wider than the
-    table); each file's path and detail follow as plain lines (``replay_lines``)."""
-    from rich.table import Table  # deferred: rich takes longer to import than --help to run
+    """Short cells only, a target's name broken between its parts (``report.tables``), and the lines
+    naming a name it shortened; each file's path and detail follow as plain lines (``replay_lines``)."""
+    from mambafuzz.report.tables import table  # deferred: rich takes longer to import than --help to run
 
-    table = Table(title=f"replay ({device})")
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("target", no_wrap=True, overflow="fold")
-    for col in ("status", "k/N"):
-        table.add_column(col, no_wrap=True)
+    cells = []
     for i, r in enumerate(rows, 1):
         style = {"still failing": "red", "fixed": "green"}.get(r.status, "yellow")
-        table.add_row(str(i), r.target, f"[{style}]{r.status}[/]", r.rate())
-    return table
+        cells.append([str(i), r.target, f"[{style}]{r.status}[/]", r.rate()])
+    return table(f"replay ({device})", ["#", "target", "status", "k/N"], cells, name_column=1, right=("#",))
 
 
 def replay_lines(rows, width: int = 80) -> list[str]:

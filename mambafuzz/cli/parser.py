@@ -175,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def fill_smoke(p):
         _add_run_options(p, max_examples=60, time_default=SMOKE_TIME)
+        p.add_argument("--coverage", action="store_true",
+                       help="print each target's coverage counts (without it: one summary line)")
 
     def fill_zoo(p):
         p.add_argument("--target", action="append", default=None, help="only these zoo targets (names or globs)")

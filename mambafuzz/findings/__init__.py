@@ -347,7 +347,8 @@ def load(path: Path) -> CrashRecord:
     except (OSError, UnicodeDecodeError) as exc:
         raise CrashFileError(f"{path}: cannot read ({exc})") from None
     except json.JSONDecodeError as exc:
-        raise CrashFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise CrashFileError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno} "
+                             f"(char {exc.pos})") from None
     except RecursionError:
         raise CrashFileError(f"{path}: not a crash file (JSON nested too deeply)") from None
     if not isinstance(body, dict):

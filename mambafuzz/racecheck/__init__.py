@@ -166,9 +166,9 @@ class RaceRecorder:
     def on_barrier(self) -> None:
         self._store.barrier()
 
-    def on_access(self, op: int, ptr_data, mask, elem_size: int, line: str, value=None) -> None:
+    def on_access(self, op: int, ptr_data, mask, elem_size: int, line: str, value=None, shape=None) -> None:
         try:
-            self._store.record(op, ptr_data, mask, elem_size, line, value)
+            self._store.record(op, ptr_data, mask, elem_size, line, value, shape=shape)
         except OutOfBoundsAccess as exc:
             self._add_hazard(("out-of-bounds", exc.hazard.first.line, None), exc.hazard)
             self.out_of_bounds = exc

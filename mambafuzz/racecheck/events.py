@@ -183,7 +183,9 @@ class Regions:
         if after:
             return (f"right after the end of {name} [{hex(s)}, +{n})" if gap == 0 else
                     f"{gap} byte(s) after the end of {name} [{hex(s)}, +{n})")
-        return f"{gap} byte(s) before {name} [{hex(s)}, +{n})"
+        # counted from the access's first byte, as after a region: a 4-byte store at s - 4 is 4 bytes before
+        into = f", running {end - s} byte(s) into it" if end > s else ""
+        return f"{s - addr} byte(s) before {name} [{hex(s)}, +{n}){into}"
 
 
 # --------------------------------------------------------------------------
@@ -234,6 +236,7 @@ class EventStore:
         self.stats = {"launches": 0, "programs": 0, "events": 0, "accesses": 0, "bytes": 0}
         self.shapes: list = [()]
         self._shape_ids: dict = {(): 0}
+        self._lane_shape: list = [0]    # shape id -> the id whose lanes its lanes are (rules.FlatLaunch)
         self.lines: list = []
         self._line_ids: dict = {}
         self._lane_ranges: dict = {}    # n -> arange(n), for events with every lane on
@@ -257,16 +260,16 @@ class EventStore:
         self.epoch += 1
         self.segment += 1
 
-    def record(self, op: int, ptr_data: np.ndarray, mask, elem_size: int, line: str, value=None) -> None:
+    def record(self, op: int, ptr_data: np.ndarray, mask, elem_size: int, line: str, value=None,
+               shape: Optional[tuple] = None) -> None:
         """Keep the masked-on lanes of one access; raise OutOfBoundsAccess if one leaves the fence.
 
         ptr_data: the uint64 addresses, any shape; mask: None (every lane), or
         a bool array of that shape (or broadcastable to it); value: a store's
-        values (broadcastable to ptr_data), compared with the bytes there now.
+        values (broadcastable to ptr_data), compared with the bytes there now; shape: the access's
+        shape in the kernel when it is not ptr_data's (a scalar: ()), what a witness names.
         """
-        shape = ptr_data.shape
-        if len(shape) == 0 or shape == (1,):
-            shape = ()                  # scalars: the single lane of shape ()
+        shape = ptr_data.shape if shape is None else tuple(shape)
         flat = ptr_data.reshape(-1)
         n = flat.shape[0]
         if mask is None:
@@ -297,6 +300,8 @@ class EventStore:
         if shape_id is None:
             shape_id = self._shape_ids[shape] = len(self.shapes)
             self.shapes.append(shape)
+            # scalars and shape (1,) are the one lane of a scalar: the same lanes for the rules
+            self._lane_shape.append(0 if len(shape) == 0 or shape == (1,) else shape_id)
         if self.program < 0:            # an access outside any program: treat as one
             self.programs.append((0, 0, 0))
             self.program = 0
@@ -349,7 +354,8 @@ class EventStore:
         np.cumsum(counts[:-1], out=first_elem[1:])
         return FlatLaunch(
             is_store=op == OP_STORE, is_atomic=op == OP_ATOMIC, program=column("program"),
-            segment=column("segment"), shape_id=column("shape_id"), elem_size=column("elem_size"),
+            segment=column("segment"), shape_id=np.asarray(self._lane_shape, dtype=np.int64)[column("shape_id")],
+            elem_size=column("elem_size"),
             line_id=column("line_id"), first_elem=first_elem,
             addr=np.concatenate([e.addrs for e in events]).view(np.int64),
             lane=np.concatenate([e.lanes if e.lanes is not None else self._lane_range(e.addrs.shape[0])

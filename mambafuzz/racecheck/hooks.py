@@ -19,8 +19,10 @@ Sink methods, in the order the interpreter calls them::
     on_launch_args(pairs)        # (name, value) of each kernel argument of a launch
     on_launch()                  # after set_grid_dim: a launch begins
     on_program(x, y, z)          # after set_grid_idx: a program begins
-    on_access(op, ptr_data, mask, elem_size, line[, value])   # before the access touches memory
-                                 # (value: a store's numpy values, broadcastable to ptr_data)
+    on_access(op, ptr_data, mask, elem_size, line[, value], shape=None)   # before the access touches memory
+                                 # (value: a store's numpy values, broadcastable to ptr_data; shape: the
+                                 # kernel's shape of the access when it differs from ptr_data's, () for a
+                                 # scalar, whose handle holds a shape-(1,) array like a block of 1)
     on_barrier()                 # tl.debug_barrier()
 
 Re-entrancy rules:
@@ -186,6 +188,22 @@ def issuing_line() -> str:
     return line
 
 
+def scalar_access(ptrs, depth: int = 12) -> bool:
+    """Whether the handle `ptrs` (one address) is a scalar's in the kernel, not a block of shape (1,):
+    the interpreter holds both as shape-(1,) arrays; the language's tensor around the handle, in a
+    frame between the kernel and the builder, knows which (False when none is found)."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            break
+        for value in frame.f_locals.values():
+            if getattr(value, "handle", None) is ptrs:
+                kind = getattr(value, "type", None)
+                return kind is not None and hasattr(kind, "is_block") and not kind.is_block()
+        frame = frame.f_back
+    return False
+
+
 # --------------------------------------------------------------------------
 # the hooks
 # --------------------------------------------------------------------------
@@ -237,7 +255,10 @@ class InterpreterHooks:
                         ptrs, mask = read(args, kwargs)[0], None
                     if ptrs is not None:
                         stored = () if read_stored is None else (mask_array(read_stored(args, kwargs)[0]),)
-                        on_access(op, ptrs.data, mask_array(mask), element_size(ptrs), issuing_line(), *stored)
+                        data = ptrs.data
+                        shape = () if getattr(data, "shape", None) == (1,) and scalar_access(ptrs) else None
+                        on_access(op, data, mask_array(mask), element_size(ptrs), issuing_line(), *stored,
+                                  shape=shape)
                     return original(*args, **kwargs)
                 finally:
                     hooks._running = False

@@ -119,7 +119,7 @@ def _progress(on_update: Update, before: list[TargetReport], after: list[TargetR
 
 def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadline(), workers: int = 1,
                  gpus: list[int] | None = None, hang_timeout: float = 120.0, fresh: bool = False,
-                 on_update: Update | None = None, on_resume: Callable[[list[str]], None] | None = None,
+                 on_update: Update | None = None, on_resume: Callable[[str], None] | None = None,
                  precompile_processes: int = 0, workers_per_gpu: int = 1, mps: bool = True,
                  turns=None) -> list[TargetReport]:
     """Targets in worker processes (one per GPU with `gpus`, `workers_per_gpu` on cuda), resumable; the
@@ -136,8 +136,8 @@ def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadl
                            **({"state_dir": None} if turns is not None else {}))
     session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())),
                       turns=turns)
-    if session.resumed() and on_resume is not None:
-        on_resume(session.resumed())
+    if session.resume_line() and on_resume is not None:
+        on_resume(session.resume_line())
     ahead = [t for t in targets if t.name not in session.done]
     with mps_daemon.daemon(mps and sopts.workers_per_gpu > 1) as (env, why):
         session.mps = why is None

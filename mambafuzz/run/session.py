@@ -224,6 +224,7 @@ class Session:
         self.key = session_key(targets, sopts)
         self.state_path = Path(sopts.state_dir) / f"{self.key}.json" if sopts.state_dir else None
         self.done: set[str] = set()
+        self.loaded = False  # a saved, interrupted session with these targets and options was read
         self.deadline = sopts.deadline
         self._partials: dict[str, dict] = {}
         self.restarts = 0
@@ -241,6 +242,7 @@ class Session:
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, CaseError):
             return  # unreadable, or written by an older mambafuzz: start this session afresh
         self.done = set(body.get("done", []))
+        self.loaded = True
         for rep in reports.values():
             rep.interrupted = False  # done, or about to run again
         self.reports.update(reports)
@@ -254,6 +256,20 @@ class Session:
 
     def resumed(self) -> list[str]:
         return sorted(self.done)
+
+    def resume_line(self) -> str | None:
+        """What resuming takes over, in one line (None when this session starts afresh): the session,
+        the targets done and their examples (kept), the targets still to run (from their start)."""
+        if not self.loaded:
+            return None
+        names = [t.get("name", t["spec"]) for t in self.targets]
+        done = [n for n in names if n in self.done]
+        todo = [n for n in names if n not in self.done]
+        examples = sum(self.reports[n].examples for n in done if n in self.reports)
+        kept = f" ({', '.join(done)}: {examples} example(s), kept)" if done else ""
+        rest = f"; to run: {', '.join(todo)}" if todo else ""
+        return (f"resuming session {self.key} ({self.state_path}): {len(done)} of {len(names)} target(s) "
+                f"done{kept}{rest}; --fresh starts over")
 
     # -- running
     def _start(self, index: int, gpu: int | None, remaining: list[dict], ctx) -> _Live:

@@ -133,14 +133,27 @@ class TargetReport:
     def to_json(self) -> dict:
         """One target's result, as in every JSON report and the session's messages and resume state.
 
-        status and why are derived (for readers); from_json ignores them.
+        status, why and the first-failure fields are derived (for readers); from_json ignores them.
         """
         return {"target": self.target, "contract": self.contract, "status": self.status, "stop": self.stop,
                 "why": self.why or None, "detail": self.detail, "examples": self.examples, "reps": self.reps,
                 "failed_reps": self.failed_reps, "seconds": round(self.seconds, 3),
                 "min_examples": self.min_examples, "interrupted": self.interrupted, "written": self.written,
                 "rejected": list(self.rejected), "uninstrumented": dict(self.uninstrumented),
-                "options": dict(self.options), "finding": self.finding.to_json() if self.finding is not None else None, **self.tally.to_json()}
+                "options": dict(self.options), **self.first_failure(),
+                "finding": self.finding.to_json() if self.finding is not None else None, **self.tally.to_json()}
+
+    def first_failure(self) -> dict:
+        """When the first failure came (its example number, seconds since the target started, every turn
+        counted) and the seconds spent after it, shrinking; nulls without a finding.  The table's split
+        cells (``report.tables``) are these numbers."""
+        f = self.finding
+        if f is None:
+            return {"first_failure_example": None, "first_failure_s": None, "shrink_s": None}
+        first, seconds = round(f.seconds_to_first, 3), round(self.seconds, 3)  # as to_json has them: the
+        # same shrink_s again from a report read back (a difference of unrounded numbers can round apart)
+        return {"first_failure_example": f.examples_to_first, "first_failure_s": first,
+                "shrink_s": round(max(seconds - first, 0.0), 3)}
 
     @classmethod
     def from_json(cls, body: dict) -> "TargetReport":

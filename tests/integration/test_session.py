@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -141,7 +142,9 @@ def test_sigterm_saves_the_session_and_the_next_run_resumes(workdir):
     # different options (fewer examples): a different session, not resumed
     assert "resuming" not in again.stderr
     resumed = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
-    assert "resuming a saved session: 1 target(s) already done" in resumed.stderr
+    assert re.search(r"resuming session [0-9a-f]{16} \(\S+\.json\): 1 of 2 target\(s\) done "
+                     r"\(torch\.batch_memcpy: \d+ example\(s\), kept\); to run: badk:slow; --fresh starts over",
+                     resumed.stderr), resumed.stderr
     rows = {t["target"]: t for t in json.loads(resumed.stdout)["targets"]}
     assert rows["badk:slow"]["examples"] == 60 and rows["badk:slow"]["status"] == "clean"
     assert not list(state_dir.glob("*.json"))  # finished: the next run starts fresh

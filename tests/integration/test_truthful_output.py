@@ -101,7 +101,7 @@ def test_a_race_is_a_deterministic_verdict_in_the_table_json_crash_file_and_page
     fits(proc.stdout)
     (row,) = [line for line in proc.stdout.splitlines() if line.startswith(f"│ {RACE} ")]
     cells = [c.strip() for c in row.strip("│").split("│")]
-    assert cells[1] == "finding" and cells[4] == "race", row          # failed: the kind, not "0"
+    assert cells[1] == "finding" and cells[3] == "race", row          # k/N: the kind, not "0/1"
     assert f"FINDING {RACE} (race, deterministic): intra-program hazard" in proc.stdout
     assert "  shrunk in " in proc.stdout and "example(s), to the end" in proc.stdout
     page = tmp_path / "p.html"

@@ -121,6 +121,16 @@ def test_a_report_without_a_finding_round_trips():
     assert TargetReport.from_json(body).to_json() == body
 
 
+def test_the_first_failure_fields_are_the_same_read_back():
+    """shrink_s is made of the rounded seconds: 5.12345 - 0.4567 rounds to 4.667, but a report read back
+    holds 5.123 and 0.457, whose difference is 4.666."""
+    from types import SimpleNamespace
+
+    r = TargetReport("t", "batch_memcpy", seconds=5.12345,
+                     finding=SimpleNamespace(examples_to_first=3, seconds_to_first=0.4567))
+    assert r.first_failure() == {"first_failure_example": 3, "first_failure_s": 0.457, "shrink_s": 4.666}
+
+
 def test_crash_file_body_is_the_finding(fuzzed):
     f = fuzzed.finding
     record = findings.load(f.path)

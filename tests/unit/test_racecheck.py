@@ -93,6 +93,25 @@ def scalar_then_block(p, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def block_then_one_lane(p, out, BLOCK: tl.constexpr):
+    x = tl.load(p + tl.arange(0, BLOCK))
+    tl.store(out + tl.arange(0, BLOCK), x)
+    tl.store(p + tl.arange(0, 1), tl.full((1,), 7, tl.uint8))
+
+
+@triton.jit
+def scalar_then_one_lane(p):
+    first = tl.load(p)
+    tl.store(p + tl.arange(0, 1), tl.full((1,), 3, tl.uint8) + first)
+
+
+@triton.jit
+def store_word_wild(p, ADDR: tl.constexpr):
+    wild = tl.full((), ADDR, tl.int64).to(tl.pointer_type(tl.uint32))
+    tl.store(wild, tl.load(p).to(tl.uint32))
+
+
+@triton.jit
 def bytes_vs_word(p, out, NBYTES: tl.constexpr, WORD_AT: tl.constexpr):
     b = tl.load(p + tl.arange(0, NBYTES))
     tl.store(out + tl.arange(0, NBYTES), b)
@@ -215,6 +234,39 @@ def test_scalar_and_block_are_different_lanes():
     assert (h.first.op, h.first.lane, h.first.lane_shape) == ("store", 0, (4,))
     assert (h.second.op, h.second.lane, h.second.lane_shape) == ("load", 0, ())
     assert h.second.line == line_of(scalar_then_block, "first = tl.load(p)")
+
+
+def test_a_shape_1_store_is_named_as_its_shape_and_is_the_scalars_lane():
+    """A block op of shape (1,) is the one lane of a scalar for the rules (a scalar load and a (1,)
+    store of one byte are program order), but the witness names the shape the kernel used."""
+    arena = make_arena()
+    out = torch.zeros(4, dtype=torch.uint8)
+    base = arena.data_ptr()
+    with RaceRecorder() as rec:
+        rec.add_region("arena", arena)
+        rec.add_region("out", out)
+        block_then_one_lane[(1,)](arena, out, BLOCK=4)
+    (h,) = rec.hazards
+    assert h.kind == "intra-program" and h.address == base
+    assert (h.first.op, h.first.lane, h.first.lane_shape) == ("store", 0, (1,))
+    assert (h.second.op, h.second.lane, h.second.lane_shape) == ("load", 0, (4,))
+    assert h.explanation.startswith("program (0,0,0): lane 0 of shape (1,) stores byte arena+0 (")
+    assert "and lane 0 of shape (4,) loads it (" in h.explanation
+    with RaceRecorder() as rec:
+        rec.add_region("arena", arena)
+        scalar_then_one_lane[(1,)](arena)
+    assert rec.hazards == []
+
+
+def test_a_store_4_bytes_before_the_arena_is_said_to_be_4_bytes_before_it():
+    arena = make_arena(64)
+    base = arena.data_ptr()
+    with pytest.raises(OutOfBoundsAccess) as info:  # a u32 store at arena - 4: its last byte just before it
+        with RaceRecorder({"arena": (base, 64)}):
+            store_word_wild[(1,)](arena, ADDR=base - 4)
+    text = info.value.hazard.explanation
+    assert f"lane 0 stores 4 byte(s) at {hex(base - 4)} (" in text
+    assert f"), 4 byte(s) before arena [{hex(base)}, +64); outside every live region" in text, text
 
 
 def test_bytes_are_compared_across_element_sizes():
@@ -934,7 +986,13 @@ def test_outside_text_says_where_a_refused_access_lies():
     regions.add("b", 0x20000, 8)
     assert regions.outside_text(0x10010, 4) == "right after the end of a [0x10000, +16)"
     assert regions.outside_text(0x10014, 1) == "4 byte(s) after the end of a [0x10000, +16)"
-    assert regions.outside_text(0x20000 - 10, 2) == "8 byte(s) before b [0x20000, +8)"
+    # before a region, counted from the access's first byte (as after one): 2 bytes at b - 10 start 10
+    # bytes before b; a 4-byte store at b - 4 is 4 bytes before it (it used to read "0 byte(s)")
+    assert regions.outside_text(0x20000 - 10, 2) == "10 byte(s) before b [0x20000, +8)"
+    assert regions.outside_text(0x20000 - 4, 4) == "4 byte(s) before b [0x20000, +8)"
+    assert regions.outside_text(0x20000 - 1, 1) == "1 byte(s) before b [0x20000, +8)"
+    # 8 bytes from b - 2: its first 2 bytes outside, its last 6 inside b
+    assert regions.outside_text(0x20000 - 2, 8) == "2 byte(s) before b [0x20000, +8), running 6 byte(s) into it"
     assert regions.outside_text(0x1000c, 8) == "offset 12 of a [0x10000, +16), running 4 byte(s) past its end"
     assert regions.outside_text(8, 1) == "a null pointer's page"
     assert regions.outside_text(1 << 60, 1) == "far from every region"
