@@ -359,7 +359,7 @@ def state_columns(meta) -> dict:
     ``inner`` is its dim and ``conv_len`` its state_len; for a temporal state
     ``inner`` is prod(inner) elements.
     """
-    import torch
+    import torch  # deferred: torch is heavy; the contract's case code runs without it
 
     cols = len(META_COLUMNS)
     if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != cols:
@@ -383,7 +383,7 @@ def check_block_tables(block_tables) -> None:
 
 def block_table_ptrs(block_tables):
     """int64 ``[G]``: the address of each group's ``[R, C]`` block table (int32 entries)."""
-    import torch
+    import torch  # deferred: torch is heavy; the contract's case code runs without it
 
     check_block_tables(block_tables)
     step = block_tables.stride(0) * block_tables.element_size()

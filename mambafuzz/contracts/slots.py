@@ -377,7 +377,7 @@ class SlotContract(Contract):
 def slot_buffers(meta, arena) -> list:
     """The slot contracts' buffers as tensors ``[layers, slots, slot_bytes / elem]`` viewing the arena
     (an integer dtype of the element size; padded strides kept), what index-based engines hold."""
-    import torch
+    import torch  # deferred: torch is heavy; the contract's case code runs without it
 
     col = {name: i for i, name in enumerate(SLOT_META_COLUMNS)}
     if meta.dtype != torch.int64 or meta.dim() != 2 or meta.shape[1] != len(SLOT_META_COLUMNS):

@@ -57,7 +57,7 @@ def name_cell(name: str, width: int) -> tuple[str, bool]:
 
 
 def _cell_width(cell: str) -> int:
-    from rich.text import Text
+    from rich.text import Text  # deferred: rich takes longer to import than --help to run
 
     return max((Text.from_markup(line).cell_len for line in cell.split("\n")), default=0)
 
@@ -66,7 +66,7 @@ def table(title: str, headers: list[str], rows: list[list[str]], *, name_column:
           right: tuple[str, ...] = (), width: int = WIDTH):
     """A rich Table of `rows` at most `width` columns wide, the name column's names never cut inside
     a word; and the plain lines naming any name it had to shorten."""
-    from rich.table import Table
+    from rich.table import Table  # deferred: rich takes longer to import than --help to run
 
     others = sum(max([_cell_width(h)] + [_cell_width(r[i]) for r in rows])
                  for i, h in enumerate(headers) if i != name_column)
@@ -148,7 +148,7 @@ def coverage_summary(reports) -> str:
 def list_table(targets, width: int = WIDTH):
     """`mambafuzz list`'s table: the overlap a target supports only where its contract has an
     overlap option, "-" elsewhere (with a line saying so)."""
-    from mambafuzz import contracts
+    from mambafuzz import contracts  # deferred: the contracts import numpy and the oracles, only for `list`
 
     def has_overlap(name: str) -> bool:
         try:

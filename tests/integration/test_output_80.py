@@ -93,10 +93,14 @@ def test_smoke_prints_one_coverage_line_unless_asked(tmp_path):
     # the table once, and each progress line agrees with its row
     assert proc.stdout.count("mambafuzz smoke (cpu, race)") == 1
     rows = {r[0]: r for r in table_rows(proc.stdout)}
+    last = {}  # a target's last progress line (a second turn prints again, with the counts so far)
     for line in proc.stderr.splitlines():
         name, _, rest = line.partition(": ")
         if name in rows:
-            assert rest.startswith(f"{rows[name][1]}, {rows[name][2]} examples, {rows[name][4]}, k/N {rows[name][3]}")
+            last[name] = rest
+    assert last
+    for name, rest in last.items():
+        assert rest.startswith(f"{rows[name][1]}, {rows[name][2]} examples, {rows[name][4]}, k/N {rows[name][3]}")
 
 
 def test_a_corrupt_crash_file_is_one_line_exit_2_and_no_table(tmp_path):
