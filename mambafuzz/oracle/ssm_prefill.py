@@ -1,0 +1,133 @@
+"""The Mamba2 prefill of a batch of chunks from states in a pool, with prefix caching
+(docs/contracts.md#ssm_prefill), in float64.
+
+Row b (tokens ``x_b [L, H, P]``, ``dt_b [L, H]``, ``B_b [L, G, N]``, block-table row ``idx[b]``) is skipped
+when it has no tokens or its initial entry ``src = idx[b, init[b]]`` is the pad (column 0 without prefix
+caching).  Otherwise it starts from ``pool[src]`` when ``has_init[b]``, else from zeros, and scans its
+tokens in order, per head h (group ``g = h // (H / G)``)::
+
+    dt' = softplus(dt + dt_bias)   (or dt + dt_bias)
+    st  = st * exp(A[h] * dt') + (dt' * x)[:, None] * B[g][None, :]
+
+(the recurrence ``ssm_update`` judges, with SSD's per-head dt and A).  The state after the whole chunk goes
+to slot ``idx[b, last[b]]``; with prefix caching, the state after the first ``o_k`` tokens, ``o_k = Bs - c %
+Bs + k * Bs`` (the k-th block boundary the chunk crosses strictly inside it, ``c`` tokens computed before),
+goes to ``idx[b, first[b] + k]``.  A pad destination stores nothing; every slot no row stores is unchanged.
+The rows, their columns and what is ill-posed are exactly ``conv_prefill``'s (``plan_conv_prefill``).
+
+Tolerance (``SsmPrefill.pool_tol``).  Engines chunk the scan (16-256 tokens a chunk, SSD): within a
+chunk the decay is a cumulative sum of ``A dt'`` and each token's term ``exp(cs_end - cs_u) dt'_u x_u
+B_u`` is summed (a ``tl.dot`` over the chunk's tokens, its weighted operand rounded to the inputs' dtype
+first, TF32 for float32 inputs), the carried state scaled by ``exp(cs_end)``.  Along the float64 scan
+three magnitudes are carried per element: the state ``st``, ``M = M exp(a) + |u|`` (the sum of every term's
+absolute value, as decayed to this token: what a reordered sum can lose against) and the error bound
+``E``::
+
+    E = E exp(a) + eps_dot |u| + K eps32 (1 + W |a|) M
+
+``eps_dot |u|``: the token's weighted term rounded to the dot's input precision (2^-10 for float32 and
+float16 inputs, TF32's and fp16's ulp, 2^-7 for bfloat16); ``K eps32 M``: each token charged the rounding
+of a sum over a chunk whose end it may be (K = 8: the exp, the products, a tree or MMA sum of up to 256
+terms); ``K eps32 W |a| M``: the cumulative sum's error, ``W`` (256, the longest chunk covered) ulps of the
+decay summed so far, which every weight's exp carries.  A stored state adds its rounding to the state
+dtype, ``eps_state |st|``, and 1e-6.  A wrong slot, token, chunk or boundary, a decay taken from the wrong
+start, a state rounded to bfloat16: errors of the values' own size, or of bfloat16's (2^-8), far outside
+it for float32 states and the inputs' default scales (``bench/ssm_prefill_tolerance.py`` measures both).
+
+Ill-posed (``IllPosedUpdate``) and out of range (``OracleError``): as ``conv_prefill``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _xp
+from .conv_prefill import PrefillRow, boundary_offsets, derived_columns, plan_conv_prefill
+
+__all__ = ["SsmPrefill", "expect_ssm_prefill", "plan_ssm_prefill", "boundary_offsets", "derived_columns",
+           "CHUNK_COVERED", "EPS_DOT", "K"]
+
+EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}  # a stored state's: one ulp
+EPS_DOT = {"float32": 2.0 ** -10, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}  # a weighted term's: TF32, fp16, bf16
+EPS32 = 2.0 ** -24
+K = 8.0
+CHUNK_COVERED = 256  # the longest chunk the bound covers (vLLM's Mamba2 models: 256)
+FLOOR = 1e-6
+
+
+@dataclass
+class SsmPrefill:
+    """What a correct prefill leaves, with the bound each element is judged by."""
+
+    pool: np.ndarray       # [S, H, P, N] float64
+    pool_tol: np.ndarray   # [S, H, P, N]: 0 where no row stores (exact), the bound where one does
+    stored: np.ndarray     # bool [S]: the slots some row stores
+    plan: list             # the rows' PrefillRow plans
+
+
+def plan_ssm_prefill(slots: int, lens, idx, has_init, *, init=None, first=None, last=None, computed=None,
+                     block_size: int = 0, pad: int = -1) -> list[PrefillRow]:
+    """Every row's plan (the slot it reads, whether it reads it, its stores as (slot, tokens in)); raises
+    for a case out of range (OracleError) or ill-posed (IllPosedUpdate), as the conv prefill does."""
+    return plan_conv_prefill(slots, 1, 2, lens, idx, has_init, init=init, first=first, last=last,
+                             computed=computed, block_size=block_size, pad=pad)
+
+
+def expect_ssm_prefill(pool, x, dt, A, B, lens, idx, has_init, *, dt_bias=None, softplus=False, init=None,
+                       first=None, last=None, computed=None, block_size: int = 0, pad: int = -1,
+                       dtype: str = "float32", io_dtype: str = "float32") -> SsmPrefill:
+    """The prefill on `pool` (float64 [S, H, P, N]); x [R, T, H, P], dt [R, T, H] and B [R, T, G, N] padded
+    to the longest row's T (zeros past a row's end); A, dt_bias [H]; `idx` [R][M]; values float64, numpy
+    arrays or torch tensors on one device (the result's arrays are of that kind, ``stored`` numpy)."""
+    xp = _xp.of(pool)
+    slots, heads, hdim, dstate = pool.shape
+    plan = plan_ssm_prefill(slots, lens, idx, has_init, init=init, first=first, last=last, computed=computed,
+                            block_size=block_size, pad=pad)
+    new_pool = xp.copy(pool)
+    pool_tol = xp.zeros(pool.shape)
+    stored = np.zeros(slots, dtype=bool)
+    live = [p for p in plan if p.src is not None]
+    if not live:
+        return SsmPrefill(new_pool, pool_tol, stored, plan)
+    rows = np.array([p.row for p in live])
+    at = xp.index(rows)
+    n_tok = np.array([int(lens[p.row]) for p in live])
+    x, dt, B = x[at], dt[at], B[at]
+    group = xp.index(np.arange(heads) // (heads // B.shape[2]))
+    reads = np.array([p.reads for p in live])
+    st = xp.where(reads[:, None, None, None], pool[xp.index(np.array([p.src for p in live]))], 0.0)
+    mag = abs(st)
+    err = xp.zeros(st.shape)
+    bias = 0.0 if dt_bias is None else dt_bias[None]
+    eps_dot, eps_state = EPS_DOT[io_dtype], EPS[dtype]
+    # stores by tokens done: {t: [(live row, slot)]}
+    due: dict[int, list[tuple[int, int]]] = {}
+    for r, p in enumerate(live):
+        for slot, o in p.stores:
+            due.setdefault(int(o), []).append((r, slot))
+            stored[slot] = True
+
+    def store(t: int) -> None:
+        pairs = due.get(t, ())
+        if not pairs:
+            return
+        r_at = xp.index(np.array([r for r, _ in pairs]))
+        s_at = xp.index(np.array([s for _, s in pairs]))
+        new_pool[s_at] = st[r_at]
+        pool_tol[s_at] = err[r_at] + eps_state * abs(st[r_at]) + FLOOR
+
+    for t in range(int(n_tok.max())):
+        active = xp.array((n_tok > t).astype(np.float64))[:, None]          # [R, 1]
+        d = dt[:, t] + bias
+        d = xp.softplus(d) if softplus else d                                # [R, H]
+        a = A[None] * d * active                                             # a row past its end: no decay
+        decay = xp.exp(a)[..., None, None]                                   # [R, H, 1, 1]
+        u = (d[..., None] * x[:, t])[..., None] * B[:, t][:, group][:, :, None, :]  # [R, H, P, N]
+        st = st * decay + u
+        xp.abs_(u)
+        mag = mag * decay + u
+        charge = (abs(a) * (K * EPS32 * CHUNK_COVERED) + K * EPS32)[..., None, None]
+        err = err * decay + eps_dot * u + charge * mag
+        store(t + 1)
+    return SsmPrefill(new_pool, pool_tol, stored, plan)
