@@ -462,7 +462,7 @@ class SsmPrefill(Contract):
         mode = n["cache_mode"]
         if mode == "none":
             out.update(cache_mode=("none",), columns=("none",), block_size=("none",), boundaries=("0",),
-                       init_vs_last=("none",))
+                       init_vs_last=("none",), pads=("none", "read"))  # the one destination is the slot read
             return out
         sizes = {1: ("1", "2-7", "8-15", ">=16"), 8: ("8-15", ">=16"), 16: (">=16",)}[n["block_multiple"]]
         if mode == "all":
