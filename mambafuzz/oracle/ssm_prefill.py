@@ -54,6 +54,7 @@ EPS32 = 2.0 ** -24
 K = 8.0
 CHUNK_COVERED = 256  # the longest chunk the bound covers (vLLM's Mamba2 models: 256)
 FLOOR = 1e-6
+HOST_TILE = 1 << 16  # elements of a row group's [R, H, P, N] arrays on the host (float64: 512 KiB)
 
 
 @dataclass
@@ -88,34 +89,34 @@ def expect_ssm_prefill(pool, x, dt, A, B, lens, idx, has_init, *, dt_bias=None, 
     pool_tol = xp.zeros(pool.shape)
     stored = np.zeros(slots, dtype=bool)
     live = [p for p in plan if p.src is not None]
-    if not live:
-        return SsmPrefill(new_pool, pool_tol, stored, plan)
-    rows = np.array([p.row for p in live])
-    at = xp.index(rows)
+    for slot in (slot for p in live for slot, _ in p.stores):
+        stored[slot] = True
+    # on the host, rows in groups whose working arrays stay in cache; on a device, all at once
+    per_row = heads * hdim * dstate
+    group_rows = max(1, HOST_TILE // per_row) if xp is _xp.NUMPY else max(len(live), 1)
+    for k in range(0, len(live), group_rows):
+        _scan(xp, live[k:k + group_rows], pool, new_pool, pool_tol, x, dt, A, B, lens, dt_bias, softplus,
+              EPS_DOT[io_dtype], EPS[dtype])
+    return SsmPrefill(new_pool, pool_tol, stored, plan)
+
+
+def _scan(xp, live, pool, new_pool, pool_tol, x, dt, A, B, lens, dt_bias, softplus, eps_dot, eps_state):
+    """The sequential scan of the rows `live` (their plans), carrying the state, the decayed magnitude of
+    every term and the bound, storing each due state and its bound into `new_pool` / `pool_tol`."""
+    heads = pool.shape[1]
+    at = xp.index(np.array([p.row for p in live]))
     n_tok = np.array([int(lens[p.row]) for p in live])
     x, dt, B = x[at], dt[at], B[at]
     group = xp.index(np.arange(heads) // (heads // B.shape[2]))
     reads = np.array([p.reads for p in live])
     st = xp.where(reads[:, None, None, None], pool[xp.index(np.array([p.src for p in live]))], 0.0)
-    mag = abs(st)
-    err = xp.zeros(st.shape)
+    mag = xp.f32(abs(st))          # the bound's magnitudes in float32: an allowance, not a value
+    err = xp.zeros(st.shape, f32=True)
     bias = 0.0 if dt_bias is None else dt_bias[None]
-    eps_dot, eps_state = EPS_DOT[io_dtype], EPS[dtype]
-    # stores by tokens done: {t: [(live row, slot)]}
-    due: dict[int, list[tuple[int, int]]] = {}
+    due: dict[int, list[tuple[int, int]]] = {}  # stores by tokens done: {t: [(row in the group, slot)]}
     for r, p in enumerate(live):
         for slot, o in p.stores:
             due.setdefault(int(o), []).append((r, slot))
-            stored[slot] = True
-
-    def store(t: int) -> None:
-        pairs = due.get(t, ())
-        if not pairs:
-            return
-        r_at = xp.index(np.array([r for r, _ in pairs]))
-        s_at = xp.index(np.array([s for _, s in pairs]))
-        new_pool[s_at] = st[r_at]
-        pool_tol[s_at] = err[r_at] + eps_state * abs(st[r_at]) + FLOOR
 
     for t in range(int(n_tok.max())):
         active = xp.array((n_tok > t).astype(np.float64))[:, None]          # [R, 1]
@@ -124,10 +125,19 @@ def expect_ssm_prefill(pool, x, dt, A, B, lens, idx, has_init, *, dt_bias=None, 
         a = A[None] * d * active                                             # a row past its end: no decay
         decay = xp.exp(a)[..., None, None]                                   # [R, H, 1, 1]
         u = (d[..., None] * x[:, t])[..., None] * B[:, t][:, group][:, :, None, :]  # [R, H, P, N]
-        st = st * decay + u
-        xp.abs_(u)
-        mag = mag * decay + u
-        charge = (abs(a) * (K * EPS32 * CHUNK_COVERED) + K * EPS32)[..., None, None]
-        err = err * decay + eps_dot * u + charge * mag
-        store(t + 1)
-    return SsmPrefill(new_pool, pool_tol, stored, plan)
+        st *= decay                                                          # in place: one pass each
+        st += u
+        u = xp.f32(xp.abs_(u))
+        mag *= decay
+        mag += u
+        u *= eps_dot
+        err *= decay
+        err += u
+        u = xp.f32(abs(a) * (K * EPS32 * CHUNK_COVERED) + K * EPS32)[..., None, None] * mag
+        err += u                                                             # the chunk-order charge
+        pairs = due.get(t + 1)
+        if pairs:
+            r_at = xp.index(np.array([r for r, _ in pairs]))
+            s_at = xp.index(np.array([s for _, s in pairs]))
+            new_pool[s_at] = st[r_at]
+            pool_tol[s_at] = err[r_at] + eps_state * abs(st[r_at]) + FLOOR
