@@ -11,11 +11,14 @@ does.  It takes block sizes that are multiples of its 16-token chunk (vLLM asser
 chunk size): the test narrows the contract to that (``block_multiple``), so other cases are never
 drawn.
 
-Written this way, two things go wrong; each was tried as a variant of this file and caught by the test
-below within its first examples (a mismatch): storing, at a boundary, the state of the chunk that
+Written this way, three things go wrong; each was tried as a variant of this file and caught by the
+test below within its first examples (a mismatch): storing, at a boundary, the state of the chunk that
 starts there instead of the one that ends there (an off-by-one in the chunk index, the shape of
-SGLang #31833), and the gather forgetting ``has_initial_state`` (the pool's stale state as the initial
-one: tpu-inference #2431).
+SGLang #31833); the gather forgetting ``has_initial_state`` (the pool's stale state as the initial
+one: tpu-inference #2431); and picking the boundary states out of the chunk states by a stride of
+``block_size // CHUNK`` chunks from the request's first, as if every request started on a block
+boundary (the strided slice of vLLM #57266: a request that starts mid-block gets another chunk's
+state, or the slice runs past its chunks).
 """
 import torch
 import triton
