@@ -4,18 +4,22 @@ For each shape: ``oracle.expect_ssm_prefill`` (numpy, vectorised over rows, head
 token, the error bound carried along) against the same prefill written as plain Python loops over rows,
 tokens and heads (numpy over one head's [P, N] tile, no bound), block-boundary states included, on the
 same inputs (prefix caching on, the columns derived from the tokens computed before); the two must agree.
+One BLAS thread (``OPENBLAS_NUM_THREADS=1`` unless set): on a shared 2-core box OpenBLAS's threads fight,
+and the oracle's per-store matrix products (the bound, summed in closed form) took 14x longer with them.
 
     python bench/ssm_prefill_oracle_bench.py --out bench/results/ssm_prefill_oracle.md
 """
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see below; before numpy loads its BLAS
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

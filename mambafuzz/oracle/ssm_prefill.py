@@ -19,7 +19,7 @@ Tolerance (``SsmPrefill.pool_tol``).  Engines chunk the scan (16-256 tokens a ch
 chunk the decay is a cumulative sum of ``A dt'`` and each token's term ``exp(cs_end - cs_u) dt'_u x_u
 B_u`` is summed (a ``tl.dot`` over the chunk's tokens, its weighted operand rounded to the inputs' dtype
 first, TF32 for float32 inputs), the carried state scaled by ``exp(cs_end)``.  Along the float64 scan
-three magnitudes are carried per element: the state ``st``, ``M = M exp(a) + |u|`` (the sum of every term's
+three magnitudes follow each element: the state ``st``, ``M = M exp(a) + |u|`` (the sum of every term's
 absolute value, as decayed to this token: what a reordered sum can lose against) and the error bound
 ``E``::
 
@@ -30,7 +30,8 @@ float16 inputs, TF32's and fp16's ulp, 2^-7 for bfloat16); ``K eps32 M``: each t
 of a sum over a chunk whose end it may be (K = 8: the exp, the products, a tree or MMA sum of up to 256
 terms); ``K eps32 W |a| M``: the cumulative sum's error, ``W`` (256, the longest chunk covered) ulps of the
 decay summed so far, which every weight's exp carries.  A stored state adds its rounding to the state
-dtype, ``eps_state |st|``, and 1e-6.  A wrong slot, token, chunk or boundary, a decay taken from the wrong
+dtype, ``eps_state |st|``, and 1e-6.  (``M`` and ``E`` are linear recurrences: they are summed in
+closed form where a state is stored, ``_scan``.)  A wrong slot, token, chunk or boundary, a decay taken from the wrong
 start, a state rounded to bfloat16: errors of the values' own size, or of bfloat16's (2^-8), far outside
 it for float32 states and the inputs' default scales (``bench/ssm_prefill_tolerance.py`` measures both).
 
@@ -101,8 +102,14 @@ def expect_ssm_prefill(pool, x, dt, A, B, lens, idx, has_init, *, dt_bias=None, 
 
 
 def _scan(xp, live, pool, new_pool, pool_tol, x, dt, A, B, lens, dt_bias, softplus, eps_dot, eps_state):
-    """The sequential scan of the rows `live` (their plans), carrying the state, the decayed magnitude of
-    every term and the bound, storing each due state and its bound into `new_pool` / `pool_tol`."""
+    """The sequential scan of the rows `live` (their plans), storing each due state into `new_pool` and its
+    bound into `pool_tol`.  The bound's recurrences (``M``, ``E``) are linear, so at a store after T tokens
+    they are summed in closed form, one matrix product over the tokens per head::
+
+        E_T = exp(cs_T) C_1..T |st_0| + sum_u exp(cs_T - cs_u) (eps_dot + C_u..T) dt'_u |x_u| |B_u|
+
+    (``cs`` the cumulative sum of ``a``, ``C_u..T`` that of ``K eps32 (1 + W |a|)`` from token u to T): the
+    same numbers as carrying them token by token, without three more arrays through memory each token."""
     heads = pool.shape[1]
     at = xp.index(np.array([p.row for p in live]))
     n_tok = np.array([int(lens[p.row]) for p in live])
@@ -110,34 +117,35 @@ def _scan(xp, live, pool, new_pool, pool_tol, x, dt, A, B, lens, dt_bias, softpl
     group = xp.index(np.arange(heads) // (heads // B.shape[2]))
     reads = np.array([p.reads for p in live])
     st = xp.where(reads[:, None, None, None], pool[xp.index(np.array([p.src for p in live]))], 0.0)
-    mag = xp.f32(abs(st))          # the bound's magnitudes in float32: an allowance, not a value
-    err = xp.zeros(st.shape, f32=True)
+    start_mag = abs(st)
     bias = 0.0 if dt_bias is None else dt_bias[None]
+    d_all = dt + bias
+    d_all = xp.softplus(d_all) if softplus else d_all                            # [R, T, H]
+    tok = np.arange(dt.shape[1])
+    d_all = d_all * xp.array((tok[None, :] < n_tok[:, None]).astype(np.float64))[..., None]  # past a row's end: 0
+    a_all = A[None, None] * d_all                                                # [R, T, H]
+    cs = a_all.cumsum(1)
+    charge = abs(a_all) * (K * EPS32 * CHUNK_COVERED) + K * EPS32
+    charged = charge.cumsum(1)
     due: dict[int, list[tuple[int, int]]] = {}  # stores by tokens done: {t: [(row in the group, slot)]}
     for r, p in enumerate(live):
         for slot, o in p.stores:
             due.setdefault(int(o), []).append((r, slot))
 
+    def bound(r: int, t: int):
+        """E after `t` tokens of row `r`: [H, P, N]."""
+        w = xp.exp(cs[r, t - 1][None] - cs[r, :t])                               # [t, H]
+        w = w * (eps_dot + charged[r, t - 1][None] - charged[r, :t] + charge[r, :t]) * d_all[r, :t]
+        xs = abs(x[r, :t]) * w[..., None]                                        # [t, H, P]
+        bs = abs(B[r, :t][:, group])                                             # [t, H, N]
+        terms = xp.copy(xs.swapaxes(0, 1).swapaxes(1, 2)) @ xp.copy(bs.swapaxes(0, 1))  # [H, P, N]; BLAS
+        return terms + (xp.exp(cs[r, t - 1]) * charged[r, t - 1])[:, None, None] * start_mag[r]
+
     for t in range(int(n_tok.max())):
-        active = xp.array((n_tok > t).astype(np.float64))[:, None]          # [R, 1]
-        d = dt[:, t] + bias
-        d = xp.softplus(d) if softplus else d                                # [R, H]
-        a = A[None] * d * active                                             # a row past its end: no decay
-        decay = xp.exp(a)[..., None, None]                                   # [R, H, 1, 1]
-        u = (d[..., None] * x[:, t])[..., None] * B[:, t][:, group][:, :, None, :]  # [R, H, P, N]
-        st *= decay                                                          # in place: one pass each
+        decay = xp.exp(a_all[:, t])[..., None, None]                             # [R, H, 1, 1]
+        u = (d_all[:, t][..., None] * x[:, t])[..., None] * B[:, t][:, group][:, :, None, :]  # [R, H, P, N]
+        st *= decay                                                              # in place: one pass each
         st += u
-        u = xp.f32(xp.abs_(u))
-        mag *= decay
-        mag += u
-        u *= eps_dot
-        err *= decay
-        err += u
-        u = xp.f32(abs(a) * (K * EPS32 * CHUNK_COVERED) + K * EPS32)[..., None, None] * mag
-        err += u                                                             # the chunk-order charge
-        pairs = due.get(t + 1)
-        if pairs:
-            r_at = xp.index(np.array([r for r, _ in pairs]))
-            s_at = xp.index(np.array([s for _, s in pairs]))
-            new_pool[s_at] = st[r_at]
-            pool_tol[s_at] = err[r_at] + eps_state * abs(st[r_at]) + FLOOR
+        for r, slot in due.get(t + 1, ()):
+            new_pool[slot] = st[r]
+            pool_tol[slot] = bound(r, t + 1) + eps_state * abs(st[r]) + FLOOR

@@ -268,3 +268,29 @@ def test_the_draws_hold_the_geometries_the_bugs_hide_in():
         for name in found:
             seen[name] += 1
     assert all(count >= 10 for count in seen.values()), sorted(seen.items())
+
+
+def test_the_bound_is_the_documented_recurrence_carried_token_by_token():
+    """E = E exp(a) + eps_dot |u| + K eps32 (1 + W |a|) M, M = M exp(a) + |u|, M_0 = |st_0|: the oracle sums
+    it in closed form where it stores; here it is carried token by token for one row."""
+    from mambafuzz.oracle import ssm_prefill as sp
+
+    rng = np.random.default_rng(9)
+    heads, hdim, dstate, length = 2, 3, 4, 11
+    pool = rng.uniform(-2, 2, (2, heads, hdim, dstate))
+    x, B = rng.standard_normal((1, length, heads, hdim)), rng.standard_normal((1, length, 1, dstate))
+    dt, A = rng.uniform(0.01, 0.3, (1, length, heads)), -rng.uniform(0.1, 1, heads)
+    got = expect_ssm_prefill(pool, x, dt, A, B, [length], [[0, 1]], [True], init=[0], first=[0], last=[1],
+                             computed=[3], block_size=8, io_dtype="float16", dtype="float32")
+    st, mag, err = pool[0].copy(), np.abs(pool[0]), np.zeros(pool.shape[1:])
+    for t in range(length):
+        a = A * dt[0, t]
+        u = (dt[0, t][:, None] * x[0, t])[..., None] * B[0, t, 0][None, None, :]
+        st = st * np.exp(a)[:, None, None] + u
+        mag = mag * np.exp(a)[:, None, None] + np.abs(u)
+        err = (err * np.exp(a)[:, None, None] + sp.EPS_DOT["float16"] * np.abs(u)
+               + (sp.K * sp.EPS32 * (1 + sp.CHUNK_COVERED * np.abs(a)))[:, None, None] * mag)
+        if t + 1 == 5:  # the boundary, 8 - 3 tokens in: slot 0
+            assert np.allclose(got.pool_tol[0], err + sp.EPS["float32"] * np.abs(st) + sp.FLOOR, rtol=1e-12)
+    assert np.allclose(got.pool[1], st) and np.allclose(got.pool_tol[1], err + 2.0 ** -23 * np.abs(st) + 1e-6,
+                                                        rtol=1e-12)
