@@ -46,6 +46,15 @@ KINDS = {
     "CP-BOUNDARYX":   ("conv_prefill",  "mismatch",          "mismatch"),
     "CP-PADSTORE":    ("conv_prefill",  "mismatch oob race", "fault mismatch"),
     "CP-I32":         ("conv_prefill",  "mismatch oob race", "fault mismatch"),
+    "SP-CUMSUM-START": ("ssm_prefill",  "mismatch",          "mismatch"),
+    "SP-BOUNDARY":    ("ssm_prefill",   "mismatch",          "mismatch"),
+    "SP-WRONGCHUNK":  ("ssm_prefill",   "mismatch",          "mismatch"),
+    "SP-BF16CKPT":    ("ssm_prefill",   "mismatch",          "mismatch"),
+    "SP-CKPTCHUNK":   ("ssm_prefill",   "mismatch oob",      "fault mismatch"),
+    "SP-NOINIT":      ("ssm_prefill",   "mismatch",          "mismatch"),
+    "SP-SEQIDX":      ("ssm_prefill",   "mismatch",          "mismatch"),
+    "SP-ZEROLEN":     ("ssm_prefill",   "mismatch oob",      "fault mismatch"),
+    "SP-I32":         ("ssm_prefill",   "mismatch oob",      "fault mismatch"),
 }
 
 

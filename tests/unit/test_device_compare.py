@@ -15,7 +15,7 @@ from mambafuzz.judge.materialize import materialize
 from mambafuzz.kernels import registry
 from mambafuzz.strategies import for_contract
 
-CONTRACTS = ["ssm_update", "delta_update", "conv_update", "state_scatter", "state_copy", "conv_prefill"]
+CONTRACTS = ["ssm_update", "delta_update", "conv_update", "state_scatter", "state_copy", "conv_prefill", "ssm_prefill"]
 
 
 def _wrong(t: torch.Tensor, i: int) -> None:

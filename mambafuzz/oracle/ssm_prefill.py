@@ -1,0 +1,151 @@
+"""The Mamba2 prefill of a batch of chunks from states in a pool, with prefix caching
+(docs/contracts.md#ssm_prefill), in float64.
+
+Row b (tokens ``x_b [L, H, P]``, ``dt_b [L, H]``, ``B_b [L, G, N]``, block-table row ``idx[b]``) is skipped
+when it has no tokens or its initial entry ``src = idx[b, init[b]]`` is the pad (column 0 without prefix
+caching).  Otherwise it starts from ``pool[src]`` when ``has_init[b]``, else from zeros, and scans its
+tokens in order, per head h (group ``g = h // (H / G)``)::
+
+    dt' = softplus(dt + dt_bias)   (or dt + dt_bias)
+    st  = st * exp(A[h] * dt') + (dt' * x)[:, None] * B[g][None, :]
+
+(the recurrence ``ssm_update`` judges, with SSD's per-head dt and A).  The state after the whole chunk goes
+to slot ``idx[b, last[b]]``; with prefix caching, the state after the first ``o_k`` tokens, ``o_k = Bs - c %
+Bs + k * Bs`` (the k-th block boundary the chunk crosses strictly inside it, ``c`` tokens computed before),
+goes to ``idx[b, first[b] + k]``.  A pad destination stores nothing; every slot no row stores is unchanged.
+The rows, their columns and what is ill-posed are exactly ``conv_prefill``'s (``plan_conv_prefill``).
+
+Tolerance (``SsmPrefill.pool_tol``).  Engines chunk the scan (16-256 tokens a chunk, SSD): within a
+chunk the decay is a cumulative sum of ``A dt'`` and each token's term ``exp(cs_end - cs_u) dt'_u x_u
+B_u`` is summed (a ``tl.dot`` over the chunk's tokens, its weighted operand rounded to the inputs' dtype
+first, TF32 for float32 inputs), the carried state scaled by ``exp(cs_end)``.  Along the float64 scan
+three magnitudes follow each element: the state ``st``, ``M = M exp(a) + |u|`` (the sum of every term's
+absolute value, as decayed to this token: what a reordered sum can lose against) and the error bound
+``E``::
+
+    E = E exp(a) + eps_dot |u| + K eps32 (1 + W |a|) M
+
+``eps_dot |u|``: the token's weighted term rounded to the dot's input precision (2^-10 for float32 and
+float16 inputs, TF32's and fp16's ulp, 2^-7 for bfloat16); ``K eps32 M``: each token charged the rounding
+of a sum over a chunk whose end it may be (K = 8: the exp, the products, a tree or MMA sum of up to 256
+terms); ``K eps32 W |a| M``: the cumulative sum's error, ``W`` (256, the longest chunk covered) ulps of the
+decay summed so far, which every weight's exp carries.  A stored state adds its rounding to the state
+dtype, ``eps_state |st|``, and 1e-6.  (``M`` and ``E`` are linear recurrences: they are summed in
+closed form where a state is stored, ``_scan``.)  A wrong slot, token, chunk or boundary, a decay taken from the wrong
+start, a state rounded to bfloat16: errors of the values' own size, or of bfloat16's (2^-8), far outside
+it for float32 states and the inputs' default scales (``bench/ssm_prefill_tolerance.py`` measures both).
+
+Ill-posed (``IllPosedUpdate``) and out of range (``OracleError``): as ``conv_prefill``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _xp
+from .conv_prefill import PrefillRow, boundary_offsets, derived_columns, plan_conv_prefill
+
+__all__ = ["SsmPrefill", "expect_ssm_prefill", "plan_ssm_prefill", "boundary_offsets", "derived_columns",
+           "CHUNK_COVERED", "EPS_DOT", "K"]
+
+EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}  # a stored state's: one ulp
+EPS_DOT = {"float32": 2.0 ** -10, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}  # a weighted term's: TF32, fp16, bf16
+EPS32 = 2.0 ** -24
+K = 8.0
+CHUNK_COVERED = 256  # the longest chunk the bound covers (vLLM's Mamba2 models: 256)
+FLOOR = 1e-6
+HOST_TILE = 1 << 16  # elements of a row group's [R, H, P, N] arrays on the host (float64: 512 KiB)
+
+
+@dataclass
+class SsmPrefill:
+    """What a correct prefill leaves, with the bound each element is judged by."""
+
+    pool: np.ndarray       # [S, H, P, N] float64
+    pool_tol: np.ndarray   # [S, H, P, N]: 0 where no row stores (exact), the bound where one does
+    stored: np.ndarray     # bool [S]: the slots some row stores
+    plan: list             # the rows' PrefillRow plans
+
+
+def plan_ssm_prefill(slots: int, lens, idx, has_init, *, init=None, first=None, last=None, computed=None,
+                     block_size: int = 0, pad: int = -1) -> list[PrefillRow]:
+    """Every row's plan (the slot it reads, whether it reads it, its stores as (slot, tokens in)); raises
+    for a case out of range (OracleError) or ill-posed (IllPosedUpdate), as the conv prefill does."""
+    return plan_conv_prefill(slots, 1, 2, lens, idx, has_init, init=init, first=first, last=last,
+                             computed=computed, block_size=block_size, pad=pad)
+
+
+def expect_ssm_prefill(pool, x, dt, A, B, lens, idx, has_init, *, dt_bias=None, softplus=False, init=None,
+                       first=None, last=None, computed=None, block_size: int = 0, pad: int = -1,
+                       dtype: str = "float32", io_dtype: str = "float32") -> SsmPrefill:
+    """The prefill on `pool` (float64 [S, H, P, N]); x [R, T, H, P], dt [R, T, H] and B [R, T, G, N] padded
+    to the longest row's T (zeros past a row's end); A, dt_bias [H]; `idx` [R][M]; values float64, numpy
+    arrays or torch tensors on one device (the result's arrays are of that kind, ``stored`` numpy)."""
+    xp = _xp.of(pool)
+    slots, heads, hdim, dstate = pool.shape
+    plan = plan_ssm_prefill(slots, lens, idx, has_init, init=init, first=first, last=last, computed=computed,
+                            block_size=block_size, pad=pad)
+    new_pool = xp.copy(pool)
+    pool_tol = xp.zeros(pool.shape)
+    stored = np.zeros(slots, dtype=bool)
+    live = [p for p in plan if p.src is not None]
+    for slot in (slot for p in live for slot, _ in p.stores):
+        stored[slot] = True
+    # on the host, rows in groups whose working arrays stay in cache; on a device, all at once
+    per_row = heads * hdim * dstate
+    group_rows = max(1, HOST_TILE // per_row) if xp is _xp.NUMPY else max(len(live), 1)
+    for k in range(0, len(live), group_rows):
+        _scan(xp, live[k:k + group_rows], pool, new_pool, pool_tol, x, dt, A, B, lens, dt_bias, softplus,
+              EPS_DOT[io_dtype], EPS[dtype])
+    return SsmPrefill(new_pool, pool_tol, stored, plan)
+
+
+def _scan(xp, live, pool, new_pool, pool_tol, x, dt, A, B, lens, dt_bias, softplus, eps_dot, eps_state):
+    """The sequential scan of the rows `live` (their plans), storing each due state into `new_pool` and its
+    bound into `pool_tol`.  The bound's recurrences (``M``, ``E``) are linear, so at a store after T tokens
+    they are summed in closed form, one matrix product over the tokens per head::
+
+        E_T = exp(cs_T) C_1..T |st_0| + sum_u exp(cs_T - cs_u) (eps_dot + C_u..T) dt'_u |x_u| |B_u|
+
+    (``cs`` the cumulative sum of ``a``, ``C_u..T`` that of ``K eps32 (1 + W |a|)`` from token u to T): the
+    same numbers as carrying them token by token, without three more arrays through memory each token."""
+    heads = pool.shape[1]
+    at = xp.index(np.array([p.row for p in live]))
+    n_tok = np.array([int(lens[p.row]) for p in live])
+    x, dt, B = x[at], dt[at], B[at]
+    group = xp.index(np.arange(heads) // (heads // B.shape[2]))
+    reads = np.array([p.reads for p in live])
+    st = xp.where(reads[:, None, None, None], pool[xp.index(np.array([p.src for p in live]))], 0.0)
+    start_mag = abs(st)
+    bias = 0.0 if dt_bias is None else dt_bias[None]
+    d_all = dt + bias
+    d_all = xp.softplus(d_all) if softplus else d_all                            # [R, T, H]
+    tok = np.arange(dt.shape[1])
+    d_all = d_all * xp.array((tok[None, :] < n_tok[:, None]).astype(np.float64))[..., None]  # past a row's end: 0
+    a_all = A[None, None] * d_all                                                # [R, T, H]
+    cs = a_all.cumsum(1)
+    charge = abs(a_all) * (K * EPS32 * CHUNK_COVERED) + K * EPS32
+    charged = charge.cumsum(1)
+    due: dict[int, list[tuple[int, int]]] = {}  # stores by tokens done: {t: [(row in the group, slot)]}
+    for r, p in enumerate(live):
+        for slot, o in p.stores:
+            due.setdefault(int(o), []).append((r, slot))
+
+    def bound(r: int, t: int):
+        """E after `t` tokens of row `r`: [H, P, N]."""
+        w = xp.exp(cs[r, t - 1][None] - cs[r, :t])                               # [t, H]
+        w = w * (eps_dot + charged[r, t - 1][None] - charged[r, :t] + charge[r, :t]) * d_all[r, :t]
+        xs = abs(x[r, :t]) * w[..., None]                                        # [t, H, P]
+        bs = abs(B[r, :t][:, group])                                             # [t, H, N]
+        terms = xp.copy(xs.swapaxes(0, 1).swapaxes(1, 2)) @ xp.copy(bs.swapaxes(0, 1))  # [H, P, N]; BLAS
+        return terms + (xp.exp(cs[r, t - 1]) * charged[r, t - 1])[:, None, None] * start_mag[r]
+
+    for t in range(int(n_tok.max())):
+        decay = xp.exp(a_all[:, t])[..., None, None]                             # [R, H, 1, 1]
+        u = (d_all[:, t][..., None] * x[:, t])[..., None] * B[:, t][:, group][:, :, None, :]  # [R, H, P, N]
+        st *= decay                                                              # in place: one pass each
+        st += u
+        for r, slot in due.get(t + 1, ()):
+            new_pool[slot] = st[r]
+            pool_tol[slot] = bound(r, t + 1) + eps_state * abs(st[r]) + FLOOR
