@@ -34,6 +34,7 @@ BUILTIN = (
     "mambafuzz.contracts.ssm_update",
     "mambafuzz.contracts.delta_update",
     "mambafuzz.contracts.conv_prefill",
+    "mambafuzz.contracts.delta_prefill",
 )
 ENTRY_POINTS = "mambafuzz.contracts"
 

@@ -46,6 +46,13 @@ KINDS = {
     "CP-BOUNDARYX":   ("conv_prefill",  "mismatch",          "mismatch"),
     "CP-PADSTORE":    ("conv_prefill",  "mismatch oob race", "fault mismatch"),
     "CP-I32":         ("conv_prefill",  "mismatch oob race", "fault mismatch"),
+    "DP-KDALAYOUT":   ("delta_prefill", "mismatch race",     "mismatch"),
+    "DP-TAIL":        ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-NOFINAL":     ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-NOINIT":      ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-WRONGCHUNK":  ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-BF16CKPT":    ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-ZEROLEN":     ("delta_prefill", "mismatch oob race", "fault mismatch"),
 }
 
 
