@@ -193,7 +193,7 @@ def test_every_option_in_fuzz_help_names_every_contract_it_applies_to(capsys):
             if head <= set(contracts.registered()):
                 named |= head
         assert owners == named, (name, entry)
-    assert "conv_update, ssm_update, delta_update, conv_prefill: the pad slot id" in entries["--pad"]
+    assert "conv_update, ssm_update, delta_update, conv_prefill, delta_prefill: the pad slot id" in entries["--pad"]
     assert "slot_copy, slot_fork: allowed" in entries["--chains"]
 
 
