@@ -82,7 +82,7 @@ ENGINE = {"gate": "gdn", "cache_mode": "none", "state_layout": "kv"}
 
 
 def test_the_engine_delta_prefill_is_right_on_what_it_supports():
-    mambafuzz.check(delta_prefill, "delta_prefill", max_examples=20, min_examples=10, database=None, crashes_dir=None,
+    mambafuzz.check(delta_prefill, "delta_prefill", max_examples=15, min_examples=8, database=None, crashes_dir=None,
                     **ENGINE)
 
 
@@ -97,5 +97,5 @@ def test_a_final_state_written_though_none_was_asked_for_is_caught():
                       pad_slot_id=pad_slot_id, block_size=block_size, output_final_state=True, max_seqlen=max_seqlen)
     with pytest.raises(mambafuzz.Failure) as info:
         mambafuzz.check(always_final, "delta_prefill", max_examples=60, database=None, crashes_dir=None,
-                        shrink_time=5.0, **ENGINE)
+                        shrink_time=2.0, **ENGINE)
     assert info.value.verdict.kind == "mismatch"

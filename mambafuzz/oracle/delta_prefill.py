@@ -131,34 +131,43 @@ def expect_delta_prefill(pool, q, k, v, g, beta, cu_seqlens, idx, has_init, *, s
     def dot(a, b):  # [A, HV, V, K] . [A, HV, K] -> [A, HV, V], batched BLAS
         return (a @ b[..., None])[..., 0]
 
-    for t in range(int(lens[live].max(initial=0))):
-        act = np.flatnonzero(live & (t < lens))
-        whole = act.size == rows
-        tok = xp.index(cu[act] + t)
-        at = xp.index(act)
-        qt = _normed(xp, q[tok][:, head_of], l2norm) * scale
-        kt = _normed(xp, k[tok][:, head_of], l2norm)
-        decay = xp.exp(g[tok])[:, :, None, :] if kda else xp.exp(g[tok])[:, :, None, None]
-        bt = beta[tok] if beta_v else beta[tok][:, :, None]
-        s = state if whole else state[at]
-        m = mag if whole else mag[at]
-        s *= decay
-        m *= xp.f32(decay)
-        kabs = xp.f32(abs(kt))
-        u = bt * (v[tok] - dot(s, kt))
-        mu = xp.f32(abs(bt) * abs(v[tok])) + xp.f32(abs(bt)) * dot(m, kabs)
-        s += u[..., None] * kt[:, :, None, :]
-        m += mu[..., None] * kabs[:, :, None, :]
-        if not whole:
-            state[at], mag[at] = s, m
-        out[tok] = dot(s, qt)
-        out_mag[tok] = dot(m, xp.f32(abs(qt)))
-        care[cu[act] + t] = True
-        if t + 1 in by_step:
-            seqs, dst = (np.array(c, dtype=np.int64) for c in zip(*by_step[t + 1]))
-            values, scale_ = state[xp.index(seqs)], mag[xp.index(seqs)]
-            new_pool[xp.index(dst)] = values
-            pool_bound[xp.index(dst)] = delta_prefill_tolerance(state_dtype, act_dtype, scale_, values, kdim)
+    # numpy: one sequence at a time (its [HV, V, K] state stays in cache); tensors: every sequence at once
+    live_rows = np.flatnonzero(live)
+    groups = [live_rows[i:i + 1] for i in range(live_rows.size)] if xp is _xp.NUMPY else [live_rows]
+    for members in groups:
+        at_all = xp.index(members)
+        s_all, m_all = state[at_all], mag[at_all]
+        place = {int(n): i for i, n in enumerate(members)}
+        for t in range(int(lens[members].max(initial=0))):
+            sel = np.flatnonzero(t < lens[members])
+            full = sel.size == members.size
+            act = members[sel]
+            tok = xp.index(cu[act] + t)
+            at = xp.index(sel)
+            qt = _normed(xp, q[tok][:, head_of], l2norm) * scale
+            kt = _normed(xp, k[tok][:, head_of], l2norm)
+            decay = xp.exp(g[tok])[:, :, None, :] if kda else xp.exp(g[tok])[:, :, None, None]
+            bt = beta[tok] if beta_v else beta[tok][:, :, None]
+            s = s_all if full else s_all[at]
+            m = m_all if full else m_all[at]
+            s *= decay
+            m *= xp.f32(decay)
+            kabs = xp.f32(abs(kt))
+            u = bt * (v[tok] - dot(s, kt))
+            mu = xp.f32(abs(bt) * abs(v[tok])) + xp.f32(abs(bt)) * dot(m, kabs)
+            s += u[..., None] * kt[:, :, None, :]
+            m += mu[..., None] * kabs[:, :, None, :]
+            if not full:
+                s_all[at], m_all[at] = s, m
+            out[tok] = dot(s, qt)
+            out_mag[tok] = dot(m, xp.f32(abs(qt)))
+            care[cu[act] + t] = True
+            due = [(place[n], slot) for n, slot in by_step.get(t + 1, ()) if n in place]
+            if due:
+                local, dst = (np.array(c, dtype=np.int64) for c in zip(*due))
+                values, scale_ = s_all[xp.index(local)], m_all[xp.index(local)]
+                new_pool[xp.index(dst)] = values
+                pool_bound[xp.index(dst)] = delta_prefill_tolerance(state_dtype, act_dtype, scale_, values, kdim)
     out_bound = delta_prefill_tolerance(act_dtype, act_dtype, out_mag, out, kdim)
     stored = sorted({s for _, _, s in events})
     return DeltaPrefill(new_pool, pool_bound, stored, out, out_bound, care)
