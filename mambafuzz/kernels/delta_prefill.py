@@ -153,13 +153,10 @@ def _delta_prefill_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, cu_pt
                 b_A = tl.where(o_c[:, None] > o_c[None, :], b_A, 0.0)
                 b_w = b_b * (b_v - b_hk)  # beta_t (v_t - exp(G_t) S_0 k_t)
                 b_u = tl.zeros([CH, BV], dtype=tl.float32)
-                for t in range(0, CH):  # forward substitution: u_t from the u_j before it
-                    if t < end - pos:
-                        sel = (o_c == t)[:, None]
-                        a_t = tl.sum(tl.where(sel, b_A, 0.0), axis=0)
-                        r_t = tl.sum(a_t[:, None] * b_u, axis=0)
-                        u_t = tl.sum(tl.where(sel, b_w, 0.0), axis=0) - tl.sum(tl.where(sel, b_b, 0.0), axis=0) * r_t
-                        b_u = tl.where(sel, u_t[None, :], b_u)
+                for t in range(0, CH):  # forward substitution: row t of u from the rows before it
+                    if t < end - pos:   # (rows after t are still 0; no tl.sum: the interpreter runs it slowly)
+                        b_r = tl.dot(b_A, b_u, input_precision="ieee")
+                        b_u = tl.where((o_c == t)[:, None], b_w - b_b * b_r, b_u)
                 b_o = b_oh + tl.dot(tl.where(causal, b_Aq, 0.0), b_u, input_precision="ieee")
                 tl.store(out_ptr + (tok[:, None] * HV + hv) * V + o_v[None, :], b_o.to(out_ptr.dtype.element_ty),
                          mask=m_cv)
