@@ -35,6 +35,7 @@ BUILTIN = (
     "mambafuzz.contracts.delta_update",
     "mambafuzz.contracts.conv_prefill",
     "mambafuzz.contracts.ssm_prefill",
+    "mambafuzz.contracts.delta_prefill",
 )
 ENTRY_POINTS = "mambafuzz.contracts"
 

@@ -55,6 +55,13 @@ KINDS = {
     "SP-SEQIDX":      ("ssm_prefill",   "mismatch",          "mismatch"),
     "SP-ZEROLEN":     ("ssm_prefill",   "mismatch oob",      "fault mismatch"),
     "SP-I32":         ("ssm_prefill",   "mismatch oob",      "fault mismatch"),
+    "DP-KDALAYOUT":   ("delta_prefill", "mismatch race",     "mismatch"),
+    "DP-TAIL":        ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-NOFINAL":     ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-NOINIT":      ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-WRONGCHUNK":  ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-BF16CKPT":    ("delta_prefill", "mismatch",          "mismatch"),
+    "DP-ZEROLEN":     ("delta_prefill", "mismatch oob race", "fault mismatch"),
 }
 
 

@@ -52,7 +52,8 @@ def test_bm_noguard_corrupts_the_measured_geometry():
     assert v.failures >= 50, v.summary()
 
 
-@pytest.mark.parametrize("contract", ["ssm_update", "delta_update", "conv_update", "conv_prefill", "ssm_prefill"])
+@pytest.mark.parametrize("contract", ["ssm_update", "delta_update", "conv_update", "conv_prefill", "ssm_prefill",
+                                      "delta_prefill"])
 def test_the_device_comparison_agrees_with_the_host_on_the_gpu(contract):
     """``compare`` asks the device first on a GPU: clean runs of the compiled kernel match on both sides,
     and one wrong arena byte or output element is seen by both."""

@@ -15,7 +15,8 @@ from mambafuzz.judge.materialize import materialize
 from mambafuzz.kernels import registry
 from mambafuzz.strategies import for_contract
 
-CONTRACTS = ["ssm_update", "delta_update", "conv_update", "state_scatter", "state_copy", "conv_prefill", "ssm_prefill"]
+CONTRACTS = ["ssm_update", "delta_update", "conv_update", "state_scatter", "state_copy", "conv_prefill", "ssm_prefill",
+             "delta_prefill"]
 
 
 def _wrong(t: torch.Tensor, i: int) -> None:
@@ -94,7 +95,7 @@ def test_after_the_first_failing_repetition_only_whether_later_ones_fail_is_aske
     assert m.differs() and calls
 
 
-@pytest.mark.parametrize("contract", ["ssm_update", "delta_update", "conv_update"])
+@pytest.mark.parametrize("contract", ["ssm_update", "delta_update", "conv_update", "delta_prefill"])
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_an_output_left_nan_differs_on_the_device_as_on_the_host(contract, data):

@@ -1,0 +1,39 @@
+"""delta_prefill, both directions: every zoo row caught on the CPU by a kind it declares and shrunk to at most
+two sequences; the correct chunked Triton kernel and the torch path clean under the same fuzzing, race check on,
+under the default options and under KDA with prefix caching and pad 0."""
+import pytest
+
+from common import clean_under_zoo_fuzzing, zoo_options
+from mambafuzz.kernels import registry
+from mambafuzz.search.fuzz import fuzz_target
+
+ROWS = [e.id for e in registry.ZOO if e.contract == "delta_prefill"]
+
+
+def test_the_rows_are_the_bug_classes_of_chunked_prefill():
+    assert set(ROWS) == {"DP-KDALAYOUT", "DP-TAIL", "DP-NOFINAL", "DP-NOINIT", "DP-WRONGCHUNK", "DP-BF16CKPT",
+                         "DP-ZEROLEN"}
+    for zoo_id in ROWS:  # each names the bug it mirrors
+        assert "#" in registry.zoo_entry(zoo_id).description, zoo_id
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("zoo_id", ROWS)
+def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
+    """Caught by a declared kind and cut to at most two sequences within a few seconds of shrinking."""
+    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path, shrink_budget=10))
+    f = report.finding
+    assert f is not None, f"{zoo_id} escaped {report.examples} examples"
+    assert f.verdict.kind in registry.zoo_entry(zoo_id).caught_as("cpu"), f.verdict.summary()
+    assert len(f.case.lens) <= 2 and f.path is not None and f.path.exists(), f.case.describe()
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("name, examples", [("triton.delta_prefill", 12), ("torch.delta_prefill", 30)])
+def test_correct_kernels_pass_the_same_fuzzing(name, examples, tmp_path):
+    clean_under_zoo_fuzzing(name, tmp_path, examples)
+
+
+@pytest.mark.matrix
+def test_the_correct_kernel_is_clean_under_prefix_caching_kda_and_pad_0(tmp_path):
+    clean_under_zoo_fuzzing("triton.delta_prefill", tmp_path, 5, pad="0", gate="kda", cache_mode="all")
