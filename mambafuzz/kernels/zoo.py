@@ -174,3 +174,26 @@ ZOO = (
         "arena (out of bounds)",
         cpu=("mismatch", "oob"), gpu=("mismatch", "fault")),
 )
+
+
+# Seconds a row has needed, from a fresh start, to its first failure (the worst of its measured seeds;
+# bench/zoo_ttf.py writes them, bench/RESULTS.md keeps the tables).  The zoo starts the slowest rows first
+# (``order``) so that a slow row is never the one the end of --time cuts off, and, with several workers,
+# deals them out so that each worker's rows cost about the same.  A row not listed costs DEFAULT_COST.
+COST = {
+    "cuda": {  # H200, gpu-amp, reps 100 (issue 44's runs)
+        "SSM-TOKSTRIDE": 13.2, "DU-STEPS": 11.9, "PAD-CLOBBER": 8.0,
+    },
+    "cpu": {},  # the interpreter: filled from bench/zoo_ttf.py --device cpu
+}
+DEFAULT_COST = 2.0
+
+
+def cost(zoo_id: str, device: str) -> float:
+    """The seconds row `zoo_id` is expected to need on `device` (``COST``; DEFAULT_COST unknown)."""
+    return COST.get("cpu" if device == "cpu" else "cuda", {}).get(zoo_id, DEFAULT_COST)
+
+
+def order(targets: list, device: str) -> list:
+    """`targets` with the zoo rows slowest first (by ``cost``), ties and other targets in their order."""
+    return sorted(targets, key=lambda t: -cost(t.zoo_id, device) if getattr(t, "zoo_id", None) else -DEFAULT_COST)
