@@ -123,15 +123,14 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run targets in worker processes that a fault or hang cannot take down "
-                        "(None: on for fuzz, off for smoke and zoo)")
+                        "(None: on for fuzz and for zoo on cuda, off for smoke and zoo on cpu)")
     p.add_argument("--gpus", default=None, metavar="all|N",
                    help="one worker per GPU (implies --isolate and --device cuda)")
     p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
     p.add_argument("--workers-per-gpu", type=_processes, default="auto", metavar="auto|K",
                    help="on cuda with --isolate, K workers fuzz each GPU at once, under a CUDA MPS daemon of "
-                        "the session's own (auto: for fuzz 1 core in 2 per GPU, at most 8; for zoo 1, since its "
-                        "rows are short runs of faulting kernels and each fault stops the GPU's workers "
-                        "while it is replayed alone; 1: one worker)")
+                        "the session's own (auto: 1 core in 2 per GPU, at most 8; 1: one worker); fuzz runs "
+                        "every target in every worker, zoo deals its rows out to the workers, slowest first")
     p.add_argument("--mps", action=argparse.BooleanOptionalAction, default=True,
                    help="with more than one worker per GPU, start a private CUDA MPS daemon so that their "
                         "kernels run side by side instead of time-slicing (--no-mps: time-slice)")
@@ -420,7 +419,7 @@ class _View:
 
 
 def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool,
-                 auto_per_gpu: bool = True, turns=None):
+                 auto_per_gpu: bool = True, turns=None, costs=None):
     """Run the targets under a view; Ctrl-C / SIGTERM stop cleanly, keeping what was found."""
     from mambafuzz.run import runner
 
@@ -448,7 +447,7 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
                 on_resume=lambda done: err.print(f"resuming a saved session: {len(done)} target(s) already done "
                                                  f"({', '.join(done)}); --fresh starts over", highlight=False),
-                precompile_processes=helpers, turns=turns)
+                precompile_processes=helpers, turns=turns, costs=costs)
         return runner.run_in_process(targets, opts, deadline=deadline, on_update=view.update,
                                      precompile_processes=helpers, turns=turns)
 
@@ -584,11 +583,17 @@ def cmd_zoo(args) -> int:
     from mambafuzz.kernels import registry
     from mambafuzz.cli.targets import resolve
 
+    from mambafuzz.kernels import zoo
+
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
     opts = _fuzz_options(args, device)
     title = f"mambafuzz zoo ({device}, {opts.mode})"
-    reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
-                           isolate=bool(args.isolate), auto_per_gpu=False)
+    # the slowest rows first; on cuda in workers (K a GPU under MPS), the rows dealt out to them by cost
+    isolate = args.isolate if args.isolate is not None else device == "cuda"
+    reports = _run_targets(zoo.order(targets, device), opts, json_out=args.json, title=title, args=args,
+                           device=device, isolate=isolate,
+                           costs={t.name: zoo.cost(t.zoo_id, device) for t in targets if t.zoo_id})
+    reports.sort(key=lambda r: next((i for i, t in enumerate(targets) if t.name == r.target), len(targets)))
     by_name = {t.name: t for t in targets}
     rows, expected = [], {}
     for r in reports:
