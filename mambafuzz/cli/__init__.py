@@ -118,12 +118,12 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--database", default=DEFAULT_DATABASE,
                    help="Hypothesis example database: a directory, redis://HOST:PORT, or 'none'")
     p.add_argument("--profile", choices=("cpu", "gpu", "gpu-amp"), default=None,
-                   help="case sizes (None: cpu on cpu, gpu on cuda); gpu-amp also draws warp delays "
-                        "that make GPU races show")
+                   help="case sizes (None: cpu on cpu, gpu on cuda, gpu-amp for smoke on cuda); gpu-amp also "
+                        "draws warp delays that make GPU races show")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run targets in worker processes that a fault or hang cannot take down "
-                        "(None: on for fuzz and for zoo on cuda, off for smoke and zoo on cpu)")
+                        "(None: on for fuzz and on cuda, off for smoke and zoo on cpu)")
     p.add_argument("--gpus", default=None, metavar="all|N",
                    help="one worker per GPU (implies --isolate and --device cuda)")
     p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
@@ -250,7 +250,9 @@ def _fuzz_options(args, device: str):
     if mode == "race" and device != "cpu":
         raise UsageError("--mode race needs --device cpu (it records the interpreter's loads and stores)")
     reps = args.reps or (1 if device == "cpu" else 100)
-    profile = strategies.PROFILES[args.profile or ("cpu" if device == "cpu" else "gpu")]
+    # smoke on a GPU: the correct kernels under warp delays (gpu-amp), where a race in them would show
+    profile = strategies.PROFILES[args.profile or ("cpu" if device == "cpu" else
+                                                   "gpu-amp" if args.command == "smoke" else "gpu")]
     database = None if str(args.database).lower() == "none" else args.database
     if database is not None:
         (check_redis if str(database).startswith("redis://") else check_database)(database)
@@ -529,7 +531,7 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     if getattr(args, "fleet", None):  # one worker of a campaign (mambafuzz/fleet)
         from mambafuzz.fleet import command as fleet_command
         fleet, opts = fleet_command.setup(args, targets, opts, DEFAULT_DATABASE)
-    isolate = args.isolate if args.isolate is not None else not smoke
+    isolate = args.isolate if args.isolate is not None else not smoke or device == "cuda"  # K workers a GPU
     title = f"mambafuzz {args.command} ({device}, {opts.mode})"
     reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
                            isolate=isolate, turns=fleet)
