@@ -181,10 +181,20 @@ ZOO = (
 # (``order``) so that a slow row is never the one the end of --time cuts off, and, with several workers,
 # deals them out so that each worker's rows cost about the same.  A row not listed costs DEFAULT_COST.
 COST = {
-    "cuda": {  # H200, gpu-amp, reps 100 (issue 44's runs)
-        "SSM-TOKSTRIDE": 13.2, "DU-STEPS": 11.9, "PAD-CLOBBER": 8.0,
+    # H200, gpu-amp: issue 44's worst for its three named rows; the others the second worst of the stored
+    # amplified zoo runs (bench/results/zoo_gpu_amp*_h200*.json, escapes_h200*, updzoo*), those over 2 s
+    "cuda": {
+        "SSM-TOKSTRIDE": 13.2, "DU-STEPS": 11.9, "PAD-CLOBBER": 8.0, "PP-INPLACE": 7.4, "SSM-DSTPAD": 5.4,
+        "BM-NOGUARD": 4.8, "DS-ROW": 4.1, "CU-I32": 4.0, "SSM-NOCLAMP": 3.5, "SLOT-I32": 3.5, "SD-SPAN": 3.4,
+        "SSM-I32": 3.0, "NOOP-SKIP": 2.9, "DU-TRANSPOSE": 2.8, "CU-NOCLAMP": 2.5,
     },
-    "cpu": {},  # the interpreter: filled from bench/zoo_ttf.py --device cpu
+    # the interpreter, race mode: the worst of 3 seeds, 2 workers on a loaded 2-core box (bench/RESULTS.md,
+    # issue 44), those over 2 s
+    "cpu": {
+        "SSM-I32": 19.0, "SSM-TOKSTRIDE": 17.1, "SSM-NOCLAMP": 13.4, "ADDR-I32": 12.2, "PAD-CLOBBER": 9.1,
+        "TILE-GAP": 8.4, "NOOP-SKIP": 4.1, "CU-DSTPAD": 3.9, "SLOT-I32": 3.8, "DS-ROW": 3.6, "SSM-DSTPAD": 3.3,
+        "DU-PADSTORE": 2.7, "CU-NOCLAMP": 2.2, "CP-BOUNDARYX": 2.2,
+    },
 }
 DEFAULT_COST = 2.0
 
