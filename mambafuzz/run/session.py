@@ -513,7 +513,7 @@ class Session:
 
     def _helps(self, w: _Live) -> bool:
         """Whether worker `w`, done with its dealt targets, is started again to help (``run.deal``)."""
-        return (self.sopts.deal and w.process.exitcode == WORKER_DONE and self.deadline.end is not None
+        return (self.sopts.deal and w.finished and self.deadline.end is not None  # it said bye: its rows ran
                 and self.deadline.end - time.monotonic() > HELP_AFTER)
 
     def _order(self) -> list[str]:
