@@ -534,7 +534,8 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     isolate = args.isolate if args.isolate is not None else not smoke or device == "cuda"  # K workers a GPU
     title = f"mambafuzz {args.command} ({device}, {opts.mode})"
     reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
-                           isolate=isolate, turns=fleet)
+                           isolate=isolate, turns=fleet,  # smoke on cuda: each target in one worker, compiled once
+                           costs={t.name: 1.0 for t in targets} if smoke and device == "cuda" else None)
     statuses, campaign = [r.status for r in reports], {}
     if fleet is not None:  # the targets this box fuzzed, and a word on the campaign
         reports, fleet_lines, campaign = fleet_command.after(fleet, reports)

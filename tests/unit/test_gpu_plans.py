@@ -44,7 +44,8 @@ def test_smoke_on_cuda_plans_the_correct_targets_amplified_within_the_cpu_bound(
     assert (opts.profile.name, opts.reps, opts.mode, opts.device) == ("gpu-amp", 100, "compare", "cuda")
     assert opts.max_examples == 60 and opts.min_examples == 10
     assert call["deadline"].seconds == cli.SMOKE_TIME  # the same bound as on the CPU, split the same way
-    assert call["workers_per_gpu"] == 8 and call["mps"] is True and call["costs"] is None
+    assert call["workers_per_gpu"] == 8 and call["mps"] is True
+    assert call["costs"] == {name: 1.0 for name in smoke}  # dealt out: each kernel compiled by one worker
 
 
 def test_smoke_on_cpu_stays_in_process_with_the_cpu_profile(pretend_cuda, monkeypatch):
