@@ -178,8 +178,10 @@ def run_jobs(args, jobs: list[dict], log) -> list[dict]:
                         s.job = None
                         suspect = False
                         if body["kind"] in ("fault", "crash") or body["context_lost"]:
-                            suspect = any(slot != s.index and body["began"] <= when <= body["ended"] + 0.5
-                                          and body["ended"] - when <= args.fault_window for when, slot in faults)
+                            # another worker's fault shortly before: it broke this context too (a worker that
+                            # was idle then faults on its next job's first launch)
+                            suspect = any(slot != s.index and body["ended"] - args.fault_window <= when
+                                          <= body["ended"] + 0.5 for when, slot in faults)
                             faults.append((body["ended"], s.index))
                         key2 = (body["row"], body["seed"])
                         if suspect and tries.get(key2, 0) < 2:
