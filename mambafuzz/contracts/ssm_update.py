@@ -466,6 +466,8 @@ class SsmUpdate(Contract):
             out["pads"] = ("none", "read")
         if n["spec"] is False or n["varlen"] is False:  # a column >= 1 is a spec row's of several tokens
             out["token_stride"] = ("unused",)
+        if n["varlen"] is False:  # one token a row: it accepts at most one
+            out["nacc"] = tuple(b for b in out["nacc"] if b != ">1")
         return out
 
 
