@@ -30,7 +30,9 @@ def fuzz_options(args, device: str):
     if mode == "race" and device != "cpu":
         raise UsageError("--mode race needs --device cpu (it records the interpreter's loads and stores)")
     reps = args.reps or (1 if device == "cpu" else 100)
-    profile = strategies.PROFILES[args.profile or ("cpu" if device == "cpu" else "gpu")]
+    # smoke on a GPU: the correct kernels under warp delays (gpu-amp), where a race in them would show
+    profile = strategies.PROFILES[args.profile or ("cpu" if device == "cpu" else
+                                                   "gpu-amp" if args.command == "smoke" else "gpu")]
     database = None if str(args.database).lower() == "none" else args.database
     if database is not None:
         (check_redis if str(database).startswith("redis://") else check_database)(database)
@@ -83,7 +85,7 @@ def _gpu_list(spec: str | None, device: str) -> list[int] | None:
 
 
 def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool,
-                 auto_per_gpu: bool = True, turns=None):
+                 auto_per_gpu: bool = True, turns=None, costs=None):
     """Run the targets under a view; Ctrl-C / SIGTERM stop cleanly, keeping what was found."""
     from mambafuzz.run import runner  # deferred: the runner imports the fuzz loop (Hypothesis, numpy): only for a run
 
@@ -108,7 +110,7 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
                 mps=args.mps,
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
                 on_resume=lambda line: err.print(line, highlight=False, markup=False),
-                precompile_processes=helpers, turns=turns)
+                precompile_processes=helpers, turns=turns, costs=costs)
         return runner.run_in_process(targets, opts, deadline=deadline, on_update=view.update,
                                      precompile_processes=helpers, turns=turns)
 
@@ -157,10 +159,11 @@ def cmd_fuzz(args, *, smoke: bool = False) -> int:
     if getattr(args, "fleet", None):  # one worker of a campaign (mambafuzz/fleet)
         from mambafuzz.fleet import command as fleet_command  # deferred: the campaign's modules (redis) only with --fleet or collect
         fleet, opts = fleet_command.setup(args, targets, opts, DEFAULT_DATABASE)
-    isolate = args.isolate if args.isolate is not None else not smoke
+    isolate = args.isolate if args.isolate is not None else not smoke or device == "cuda"  # K workers a GPU
     title = f"mambafuzz {args.command} ({device}, {opts.mode})"
     reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
-                           isolate=isolate, turns=fleet)
+                           isolate=isolate, turns=fleet,  # smoke on cuda: each target in one worker, compiled once
+                           costs={t.name: 1.0 for t in targets} if smoke and device == "cuda" else None)
     statuses, campaign = [r.status for r in reports], {}
     if fleet is not None:  # the targets this box fuzzed, and a word on the campaign
         reports, fleet_lines, campaign = fleet_command.after(fleet, reports)
@@ -201,12 +204,17 @@ def cmd_zoo(args) -> int:
     device = device_mod.select(args.device)
     from mambafuzz.kernels import registry  # deferred: the kernels: Triton fixes compiled or interpreted when they are imported (after control.device.select)
     from mambafuzz.control.targets import resolve  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
+    from mambafuzz.kernels import zoo  # deferred: the kernels, after control.device.select
 
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
     opts = fuzz_options(args, device)
     title = f"mambafuzz zoo ({device}, {opts.mode})"
-    reports = _run_targets(targets, opts, json_out=args.json, title=title, args=args, device=device,
-                           isolate=bool(args.isolate), auto_per_gpu=False)
+    # the slowest rows first; on cuda in workers (K a GPU under MPS), the rows dealt out to them by cost
+    isolate = args.isolate if args.isolate is not None else device == "cuda"
+    reports = _run_targets(zoo.order(targets, device), opts, json_out=args.json, title=title, args=args,
+                           device=device, isolate=isolate,
+                           costs={t.name: zoo.cost(t.zoo_id, device) for t in targets if t.zoo_id})
+    reports.sort(key=lambda r: next((i for i, t in enumerate(targets) if t.name == r.target), len(targets)))
     by_name = {t.name: t for t in targets}
     rows, expected = [], {}
     for r in reports:

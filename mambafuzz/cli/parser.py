@@ -97,20 +97,19 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--database", default=DEFAULT_DATABASE,
                    help="Hypothesis example database: a directory, redis://HOST:PORT, or 'none'")
     p.add_argument("--profile", choices=("cpu", "gpu", "gpu-amp"), default=None,
-                   help="case sizes (None: cpu on cpu, gpu on cuda); gpu-amp also draws warp delays "
-                        "that make GPU races show")
+                   help="case sizes (None: cpu on cpu, gpu on cuda, gpu-amp for smoke on cuda); gpu-amp also "
+                        "draws warp delays that make GPU races show")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run targets in worker processes that a fault or hang cannot take down "
-                        "(None: on for fuzz, off for smoke and zoo)")
+                        "(None: on for fuzz and on cuda, off for smoke and zoo on cpu)")
     p.add_argument("--gpus", default=None, metavar="all|N",
                    help="one worker per GPU (implies --isolate and --device cuda)")
     p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
     p.add_argument("--workers-per-gpu", type=_processes, default="auto", metavar="auto|K",
                    help="on cuda with --isolate, K workers fuzz each GPU at once, under a CUDA MPS daemon of "
-                        "the session's own (auto: for fuzz 1 core in 2 per GPU, at most 8; for zoo 1, since its "
-                        "rows are short runs of faulting kernels and each fault stops the GPU's workers "
-                        "while it is replayed alone; 1: one worker)")
+                        "the session's own (auto: 1 core in 2 per GPU, at most 8; 1: one worker); fuzz runs "
+                        "every target in every worker, zoo deals its rows out to the workers, slowest first")
     p.add_argument("--mps", action=argparse.BooleanOptionalAction, default=True,
                    help="with more than one worker per GPU, start a private CUDA MPS daemon so that their "
                         "kernels run side by side instead of time-slicing (--no-mps: time-slice)")

@@ -92,6 +92,7 @@ class SsmUpdate(UpdateContract):
         "varlen": NO_YES, "empty_rows": NO_YES, "dst": ("in-place", "separate"),
         "index": ("contiguous", "col-strided", "row-strided"), "groups": ("1", "shared", "per-head"),
         "exact": NO_YES, "z": NO_YES, "softplus": NO_YES, "a_per_head": NO_YES, "past_2gib": NO_YES,
+        "token_stride": ("unused", "adjacent", "strided"),
     }
 
     def strategy(self, profile, ill_posed: bool = False, **options):
@@ -351,6 +352,8 @@ class SsmUpdate(UpdateContract):
 
     # ------------------------------------------------------------ coverage
     def features(self, case: SsmUpdateCase) -> dict[str, str]:
+        from mambafuzz.strategies.ssm_update import late_columns
+
         rows = len(case.lens)
         spec = case.nacc is not None
         read_col = [max(a - 1, 0) for a in case.nacc] if spec else [0] * rows
@@ -377,6 +380,10 @@ class SsmUpdate(UpdateContract):
             "exact": "yes" if case.exact else "no", "z": "yes" if case.has_z else "no",
             "softplus": "yes" if case.softplus else "no", "a_per_head": "yes" if case.a_per_head else "no",
             "past_2gib": "yes" if case.exact and case.offset + top * case.slot_stride >= HUGE else "no",
+            # a row reads or stores an index column >= 1, the columns adjacent or not (SSM-TOKSTRIDE: strided)
+            "token_stride": ("unused" if not late_columns(spec, case.lens, case.src, case.nacc or [0] * rows,
+                                                          case.pad, case.cols)
+                             else "strided" if case.idx_col_stride > 1 else "adjacent"),
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
@@ -395,6 +402,10 @@ class SsmUpdate(UpdateContract):
         out["z"] = presence_buckets(n["z"])
         if n["spec"] is False:  # a pad destination is a spec column's
             out["pads"] = ("none", "read")
+        if n["spec"] is False or n["varlen"] is False:  # a column >= 1 is a spec row's of several tokens
+            out["token_stride"] = ("unused",)
+        if n["varlen"] is False:  # one token a row: it accepts at most one
+            out["nacc"] = tuple(b for b in out["nacc"] if b != ">1")
         return out
 
 

@@ -121,18 +121,21 @@ def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadl
                  gpus: list[int] | None = None, hang_timeout: float = 120.0, fresh: bool = False,
                  on_update: Update | None = None, on_resume: Callable[[str], None] | None = None,
                  precompile_processes: int = 0, workers_per_gpu: int = 1, mps: bool = True,
-                 turns=None) -> list[TargetReport]:
+                 turns=None, costs: dict[str, float] | None = None) -> list[TargetReport]:
     """Targets in worker processes (one per GPU with `gpus`, `workers_per_gpu` on cuda), resumable; the
     workers receive the run's `deadline`, start it when ready and take each target's share of it when
     the target starts; `precompile_processes` helpers build kernels ahead (``precompile``); several
     workers on a GPU run under a private MPS daemon unless `mps` is False (``control.mps``).  With a
-    campaign's `turns` each worker leases its targets from the hub (no local resume state: the hub is it)."""
+    campaign's `turns` each worker leases its targets from the hub (no local resume state: the hub is it).
+    `costs` (target name -> seconds, the zoo's) deals the targets out to the workers instead (``run.deal``)."""
     entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
-                **({"path": t.path} if getattr(t, "path", None) else {})}
+                **({"path": t.path} if getattr(t, "path", None) else {}),
+                **({"cost": costs.get(t.name, 1.0)} if costs is not None else {})}
                for t in targets]
     sopts = SessionOptions(device=opts.device, options=plain_options(opts),
                            workers=workers, gpus=gpus, hang_timeout=hang_timeout, fresh=fresh,
                            deadline=deadline, workers_per_gpu=workers_per_gpu if opts.device == "cuda" else 1,
+                           deal=costs is not None,
                            **({"state_dir": None} if turns is not None else {}))
     session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())),
                       turns=turns)

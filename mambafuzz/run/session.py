@@ -39,9 +39,11 @@ from mambafuzz.findings import Finding, atomic_write_json
 from mambafuzz.judge.engine import Verdict
 from mambafuzz.search.features import Tally
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, second_turns, write_error
+from mambafuzz.run.deal import deal, help_list
 
 
 FALSE_STARTS = 3  # a worker slot that dies this often before it is ready stops being restarted
+HELP_AFTER = 10.0  # dealt targets: a worker done with its own helps others only with this many seconds left
 
 
 @dataclass
@@ -189,6 +191,7 @@ class SessionOptions:
     state_dir: Path | None = Path(".mambafuzz/sessions")
     fresh: bool = False
     deadline: Deadline = Deadline()    # --time: a worker starts it when ready; a restarted one gets its end
+    deal: bool = False                 # targets dealt out to the workers by cost (run.deal), not all to each
 
 
 @dataclass
@@ -231,6 +234,7 @@ class Session:
         self.mps = False  # whether the workers run under an MPS daemon (runner.run_isolated says)
         self._suspects: list[dict] = []   # faults from a GPU shared under MPS, replayed alone before they count
         self._false_starts: dict[int, int] = {}  # worker slot -> deaths before hello, in a row
+        self._ran: dict[int, set[str]] = {}  # worker slot -> the targets it has had a turn of
         if self.state_path and self.state_path.exists() and not sopts.fresh:
             self._load_state()
 
@@ -355,7 +359,8 @@ class Session:
         slots = self.sopts.gpus if self.sopts.gpus else [None] * max(1, self.sopts.workers)
         if self.sopts.workers_per_gpu > 1:
             slots = [gpu for gpu in (self.sopts.gpus or [None]) for _ in range(self.sopts.workers_per_gpu)]
-        live: list[_Live] = [self._start(i, gpu, todo, ctx) for i, gpu in enumerate(slots)] if todo else []
+        hands = deal(todo, len(slots)) if self.sopts.deal else [todo] * len(slots)
+        live: list[_Live] = [self._start(i, gpu, hands[i], ctx) for i, gpu in enumerate(slots) if hands[i]]
         interrupted = False
         try:
             while live:
@@ -503,6 +508,13 @@ class Session:
             remaining = [] if w.finished else self.targets
         else:
             remaining = [t for t in w.remaining if t["spec"] not in self.done]
+        if not remaining and self._helps(w):  # its own rows done: it helps with those not caught yet
+            remaining = help_list(self.targets, self._ran.setdefault(w.spec.index, set()),
+                                  {n for n, r in self.reports.items() if r.finding is not None})
+            if remaining:
+                self.restarts += 1
+                live.append(self._start(w.spec.index, w.spec.gpu, remaining, ctx))
+            return
         if not remaining or not (hung or w.process.exitcode != WORKER_DONE):
             return
         if not w.ready:
@@ -519,6 +531,11 @@ class Session:
             time.sleep(1.0)  # an MPS server still letting its last clients go
         self.restarts += 1
         live.append(self._start(w.spec.index, w.spec.gpu, remaining, ctx))
+
+    def _helps(self, w: _Live) -> bool:
+        """Whether worker `w`, done with its dealt targets, is started again to help (``run.deal``)."""
+        return (self.sopts.deal and w.finished and self.deadline.end is not None  # it said bye: its rows ran
+                and self.deadline.end - time.monotonic() > HELP_AFTER)
 
     def _order(self) -> list[str]:
         names = [t.get("name", t["spec"]) for t in self.targets]
@@ -565,6 +582,7 @@ class Session:
             w.finished = True
         elif kind == "target":
             w.current_target, w.current_case = body, None
+            self._ran.setdefault(w.spec.index, set()).add(body)
         elif kind == "case":
             w.current_case = body
         elif kind == "found":

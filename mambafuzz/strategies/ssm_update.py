@@ -2,8 +2,10 @@
 
 Pad rows and pad destinations (spec decode), slot 0 live under ``pad=-1``,
 nacc = 0 under ``min_accepted=0``, a separate dst table or in-place updates,
-index arrays whose columns are not adjacent (a strided view) and whose rows
-are further apart than their columns, empty varlen rows, groups shared by
+index arrays whose columns are not adjacent (a strided view: 3 times in 4
+where a live row reads or stores a column >= 1, the only place a token stride
+matters; spec rows are varlen 3 times in 4, so that they have such columns)
+and whose rows are further apart than their columns, empty varlen rows, groups shared by
 heads, and, in ``exact`` cases (values the fp32 math keeps exact, so the pool
 is compared byte for byte in the arena), one in ``huge_one_in`` with a named
 slot past 2^31 elements (16-bit states) or 2 GiB of bytes, reached by a slot
@@ -33,6 +35,14 @@ def _limits(profile: Profile) -> dict:
     return {"rows": 32, "heads": 8, "dim": (16, 64), "dstate": (16, 128), "slots": 200, "cols": 4, "huge_one_in": 2}
 
 
+def late_columns(spec: bool, lens, src, nacc, pad: int, cols: int) -> bool:
+    """Whether a row reads or stores an index column >= 1: a spec row accepting more than one token
+    (it reads column nacc - 1), or a live spec row of several tokens (it stores columns 0..len-1).
+    Only there does the index array's column (token) stride matter."""
+    return spec and any(nacc[b] > 1 or (lens[b] > 1 and cols > 1 and src[b][max(nacc[b] - 1, 0)] != pad)
+                        for b in range(len(lens)))
+
+
 @st.composite
 def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 1, ill_posed: bool = False,
                      spec: bool | None = None, varlen: bool | None = None, one_token: bool = False,
@@ -49,7 +59,10 @@ def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 
     dstate = draw(st.integers(*lim["dstate"]))
     rows = draw(st.integers(1, lim["rows"]))
     spec = presence(draw, spec)
-    varlen = presence(draw, varlen)
+    if varlen is None and spec:  # spec decode's columns >= 1 need rows of several tokens: 3 in 4 varlen
+        varlen = draw(st.integers(0, 3)) > 0
+    else:
+        varlen = presence(draw, varlen)
     cols = draw(st.integers(1, lim["cols"]))
     if varlen:
         top = cols if spec else 1 if one_token else 4
@@ -107,7 +120,10 @@ def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 
                 tab, b, c = draw(st.sampled_from(used))
                 tab[b][c] = top_slot
                 slot_count = top_slot + 1
-    col_stride = draw(st.sampled_from([1, 1, 2, 3]))
+    # a token (column) stride only matters where a live row reads or stores a column >= 1 (SSM-TOKSTRIDE):
+    # there the columns are not adjacent 3 times in 4, elsewhere half the time
+    late = late_columns(spec, lens, src, nacc, pad, cols)
+    col_stride = draw(st.sampled_from([1, 2, 3, 2] if late else [1, 1, 2, 3]))
     row_stride = (cols - 1) * col_stride + 1 + draw(st.sampled_from([0, 0, 1, 3]))
     arena = offset + slot_count * slot_stride + 64 if exact else 64
     return SsmUpdateCase(
