@@ -95,7 +95,7 @@ def main() -> None:
     p.add_argument("--shapes", default=",".join(s[0] for s in SHAPES[:4]))
     p.add_argument("--targets", default=",".join(TARGETS))
     a = p.parse_args()
-    from mambafuzz.run import device as dev
+    from mambafuzz.control import device as dev
 
     dev.select(a.device)
     from mambafuzz import contracts

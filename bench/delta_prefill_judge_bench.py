@@ -81,7 +81,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    from mambafuzz.run import device as run_device
+    from mambafuzz.control import device as run_device
 
     run_device.select(args.device)
     import torch

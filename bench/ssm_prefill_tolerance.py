@@ -95,7 +95,7 @@ def main():
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--out")
     args = ap.parse_args()
-    from mambafuzz.run import device as dev
+    from mambafuzz.control import device as dev
     dev.select(args.device)
     import torch
     import triton

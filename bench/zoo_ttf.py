@@ -53,15 +53,15 @@ TAG = "TTF-JOB "  # a worker's result line on stdout (anything else a kernel pri
 # ------------------------------------------------------------------ worker
 def worker(device: str, share: float | None) -> None:
     """Read jobs (JSON lines) from stdin, write one TAG line per result; exit after a lost CUDA context."""
-    from mambafuzz.run import device as device_mod
+    from mambafuzz.control import device as device_mod
 
     device_mod.select(device)
     if share is not None:
-        from mambafuzz.run.mps import bound_memory
+        from mambafuzz.control.mps import bound_memory
         bound_memory(share)
     from mambafuzz import strategies
-    from mambafuzz.cli.targets import resolve
-    from mambafuzz.run.clock import Deadline
+    from mambafuzz.control.targets import resolve
+    from mambafuzz.control.clock import Deadline
     from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 
     out = os.fdopen(os.dup(1), "w")
@@ -131,7 +131,7 @@ def rows_by_cost(patterns: list[str] | None, device: str) -> list[str]:
     os.environ.setdefault("TRITON_INTERPRET", "1" if device == "cpu" else "0")
     targets = [t for t in registry.zoo_targets() if device in t.devices]
     if patterns:
-        from mambafuzz.cli.targets import resolve
+        from mambafuzz.control.targets import resolve
         names = {t.name for t in resolve(patterns)}
         targets = [t for t in targets if t.name in names]
     return [t.name for t in zoo.order(targets, device)]
@@ -140,7 +140,7 @@ def rows_by_cost(patterns: list[str] | None, device: str) -> list[str]:
 def run_jobs(args, jobs: list[dict], log) -> list[dict]:
     import selectors
 
-    from mambafuzz.run import mps
+    from mambafuzz.control import mps
 
     k = max(1, args.workers)
     shares = [mps.memory_share(i, k) if args.device == "cuda" and k > 1 else None for i in range(k)]

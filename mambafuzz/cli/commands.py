@@ -209,10 +209,12 @@ def cmd_zoo(args) -> int:
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
     opts = fuzz_options(args, device)
     title = f"mambafuzz zoo ({device}, {opts.mode})"
-    # the slowest rows first; on cuda in workers (K a GPU under MPS), the rows dealt out to them by cost
+    # the slowest rows first; on cuda in a worker process (a fault cannot take the run down), one a GPU
+    # unless --workers-per-gpu K asks for more: the rows are then dealt out to K workers by cost (on an
+    # H100 at 8 workers the rows' pools past 2 GiB overran the workers' memory shares: not the default)
     isolate = args.isolate if args.isolate is not None else device == "cuda"
     reports = _run_targets(zoo.order(targets, device), opts, json_out=args.json, title=title, args=args,
-                           device=device, isolate=isolate,
+                           device=device, isolate=isolate, auto_per_gpu=False,
                            costs={t.name: zoo.cost(t.zoo_id, device) for t in targets if t.zoo_id})
     reports.sort(key=lambda r: next((i for i, t in enumerate(targets) if t.name == r.target), len(targets)))
     by_name = {t.name: t for t in targets}

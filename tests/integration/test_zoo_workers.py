@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from mambafuzz.run.clock import Deadline
+from mambafuzz.control.clock import Deadline
 from mambafuzz.run.session import Session, SessionOptions, plain_options
 
 from common import fuzz_options

@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 
 from mambafuzz.run import deal as deal_mod
-from mambafuzz.run.clock import Deadline
+from mambafuzz.control.clock import Deadline
 from mambafuzz.run.session import HELP_AFTER, Session, SessionOptions
 from mambafuzz.search.fuzz import TargetReport
 

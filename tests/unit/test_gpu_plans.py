@@ -10,8 +10,9 @@ import json
 import pytest
 
 import mambafuzz.cli as cli
-from mambafuzz.run import device as device_mod
-from mambafuzz.run import mps, runner
+from mambafuzz.control import device as device_mod
+from mambafuzz.control import mps
+from mambafuzz.run import runner
 
 from common import mf, one_line_error
 
@@ -22,6 +23,7 @@ def pretend_cuda(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(device_mod, "select", lambda device: "cuda" if device == "cuda" else device)
     monkeypatch.setattr(mps, "default_workers_per_gpu", lambda gpus: 8)  # an H200's 16 cores
+    monkeypatch.setattr(cli.commands, "default_workers_per_gpu", lambda gpus: 8)  # the name the CLI holds
     calls = []
 
     def run_isolated(targets, opts, **kwargs):
@@ -55,10 +57,12 @@ def test_smoke_on_cpu_stays_in_process_with_the_cpu_profile(pretend_cuda, monkey
     assert pretend_cuda == [] and seen[0].profile.name == "cpu"
 
 
-def test_zoo_on_cuda_deals_its_rows_to_k_workers_slowest_first(pretend_cuda):
+def test_zoo_on_cuda_runs_one_worker_unless_asked_and_deals_its_rows_to_k_workers_slowest_first(pretend_cuda):
     from mambafuzz.kernels import registry, zoo
 
     cli.main(["zoo", "--device", "cuda", "--profile", "gpu-amp", "--time", "150", "--json"])
+    assert pretend_cuda.pop()["workers_per_gpu"] == 1  # 8 by default overran the memory shares on an H100
+    cli.main(["zoo", "--device", "cuda", "--profile", "gpu-amp", "--time", "150", "--json", "--workers-per-gpu", "8"])
     (call,) = pretend_cuda
     rows = [t for t in registry.zoo_targets() if "cuda" in t.devices]
     assert call["targets"] == [t.name for t in zoo.order(rows, "cuda")]
