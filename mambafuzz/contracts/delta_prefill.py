@@ -91,7 +91,7 @@ class DeltaPrefill(Contract):
     }
 
     def strategy(self, profile, **options):
-        from mambafuzz.strategies.delta_prefill import delta_prefill_cases
+        from mambafuzz.strategies.delta_prefill import delta_prefill_cases  # deferred: Hypothesis loads with the first strategy, not with the parser
         return delta_prefill_cases(profile, **self._narrowing(options))
 
     def _narrowing(self, options: dict) -> dict:
@@ -156,7 +156,7 @@ class DeltaPrefill(Contract):
         return {name: getattr(case, name) for name in APC_COLUMNS} | {"block_size": case.block_size}
 
     def prepare(self, case: DeltaPrefillCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         pool, q, k, v, g, beta = self._values(case, device)
         cu = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)

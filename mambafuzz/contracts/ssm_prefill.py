@@ -101,7 +101,7 @@ class SsmPrefill(Contract):
     }
 
     def strategy(self, profile, **options):
-        from mambafuzz.strategies.ssm_prefill import ssm_prefill_cases
+        from mambafuzz.strategies.ssm_prefill import ssm_prefill_cases  # deferred: Hypothesis loads with the first strategy, not with the parser
         return ssm_prefill_cases(profile, **self._narrowing(options))
 
     def _narrowing(self, options: dict) -> dict:
@@ -244,7 +244,7 @@ class SsmPrefill(Contract):
         return out
 
     def prepare(self, case: SsmPrefillCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
-        import torch
+        import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
         pool = self._pool(case, snapshot, image.plan, device)

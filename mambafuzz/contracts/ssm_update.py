@@ -352,7 +352,7 @@ class SsmUpdate(UpdateContract):
 
     # ------------------------------------------------------------ coverage
     def features(self, case: SsmUpdateCase) -> dict[str, str]:
-        from mambafuzz.strategies.ssm_update import late_columns
+        from mambafuzz.strategies.ssm_update import late_columns  # deferred: Hypothesis loads with the first strategy, not with the parser
 
         rows = len(case.lens)
         spec = case.nacc is not None
