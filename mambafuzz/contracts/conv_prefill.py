@@ -329,7 +329,8 @@ class ConvPrefill(ConvPoolContract):
         mode = options.get("cache_mode", "both")
         if mode == "none":
             out.update(cache_mode=("none",), columns=("none",), block_size=("none",), boundaries=("0",),
-                       near_boundary=("no",), init_vs_last=("none",), init_stored=("no",))
+                       near_boundary=("no",), init_vs_last=("none",), init_stored=("no",),
+                       pads=("none", "read"))  # the one destination is the slot read
             return out
         sizes = {1: ("1", "2-7", "8-15"), 8: ("8-15", ">=16"), 16: (">=16",)}[int(options.get("block_multiple", "1"))]
         if mode == "all":

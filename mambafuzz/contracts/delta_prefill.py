@@ -317,7 +317,8 @@ class DeltaPrefill(Contract):
         mode = n["cache_mode"]
         if mode == "none":
             out.update(cache_mode=("none",), columns=("none",), boundaries=("0",), boundary_at_edge=("no",),
-                       ends_on_boundary=("no",), init_vs_last=("none",))
+                       ends_on_boundary=("no",), init_vs_last=("none",),
+                       pads=("none", "read"))  # the one destination is the slot read
         elif mode == "all":
             out.update(cache_mode=("all",), columns=("derived", "arbitrary"), init_vs_last=("same", "differ"),
                        index=("2d", "2d-strided"))

@@ -2,7 +2,7 @@
 of its options: a strategy that stops drawing a hazard (nacc = 0, a pad read row, a slot past 2 GiB) fails
 here, where a fuzz run only warns.  Draws only (no kernel, no oracle): the CPU profile, seeded."""
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from mambafuzz import contracts, strategies
 from mambafuzz.contracts.features import labels_of
@@ -26,21 +26,23 @@ CASES = [(name, opts) for name in contracts.names() for opts in option_sets(cont
 QUICK = [(name, opts) for name, opts in CASES if not opts or opts == {"min_accepted": "0"}]
 
 
-def drawn(contract: str, options: dict, draws: int = DRAWS) -> dict[str, set[str]]:
-    """Every label each feature took over `draws` seeded draws of the contract's strategy, each draw a case
-    its contract takes (``valid``: a strategy drawing cases the contract refuses tests nothing with them)."""
+def drawn(contract: str, options: dict, draws: int = DRAWS, seeds: tuple = (None,)) -> dict[str, set[str]]:
+    """Every label each feature took over `draws` seeded draws of the contract's strategy per seed (None:
+    derandomized), each draw a case its contract takes (``valid``: a strategy drawing cases the contract
+    refuses tests nothing with them)."""
     seen: dict[str, set[str]] = {}
     spec = contracts.get(contract)
 
-    @settings(max_examples=draws, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(strategies.for_contract(contract, **options))
-    def collect(case):
-        assert spec.valid(case), case.describe()
-        for name, value in spec.features(case).items():
-            seen.setdefault(name, set()).update(labels_of(value))
+    for s in seeds:
+        @settings(max_examples=draws, database=None, deadline=None, derandomize=s is None,
+                  phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+        @given(strategies.for_contract(contract, **options))
+        def collect(case):
+            assert spec.valid(case), case.describe()
+            for name, value in spec.features(case).items():
+                seen.setdefault(name, set()).update(labels_of(value))
 
-    collect()
+        (collect if s is None else seed(s)(collect))()
     return seen
 
 
@@ -61,7 +63,14 @@ LONG = [c for c in CASES if c not in QUICK]
 @pytest.mark.matrix
 @pytest.mark.parametrize("contract, options", LONG, ids=[f"{c}-{o}" for c, o in LONG])
 def test_every_expected_bucket_is_drawn_under_each_option(contract, options):
-    assert never_drawn(contract, options, drawn(contract, options)) == {}
+    # a bucket one run of a few hundred draws missed gets a second, seeded run: one CI run's derandomized
+    # draws missed batch_memcpy's 2-3 byte shift under overlap=left, which a few hundred draws hold
+    # several times over; a bucket missing from both is a hole
+    seen = drawn(contract, options)
+    if never_drawn(contract, options, seen):
+        again = drawn(contract, options, seeds=(2026,))
+        seen = {k: seen.get(k, set()) | again.get(k, set()) for k in set(seen) | set(again)}
+    assert never_drawn(contract, options, seen) == {}
 
 
 def test_the_hazards_the_zoo_needs_are_among_the_expected_buckets():
