@@ -46,7 +46,7 @@ TARGETS = ("triton.delta_prefill", "fla-style", "zoo.DP-BF16CKPT")
 
 
 def case_for(seqs, tokens, heads, dim, kda, act, l2norm, apc=True):
-    from mambafuzz.contracts.cases.delta_prefill import DeltaPrefillCase
+    from mambafuzz.cases.delta_prefill import DeltaPrefillCase
 
     if not apc:  # one column a sequence, K-major (the FLA-style stand-in's only mode)
         return DeltaPrefillCase(

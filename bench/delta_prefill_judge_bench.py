@@ -29,7 +29,7 @@ SHAPES = [  # (sequences, tokens each, H, HV, K = V, kda, prefix caching)
 
 
 def case_for(seqs, tokens, heads, value_heads, dim, kda, apc):
-    from mambafuzz.contracts.cases.delta_prefill import DeltaPrefillCase
+    from mambafuzz.cases.delta_prefill import DeltaPrefillCase
 
     bs = 64
     cols = tokens // bs + 2 if apc else 1

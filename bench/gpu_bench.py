@@ -65,7 +65,7 @@ def _args(argv):
 def disjoint_rows(rows: int, size: int, gap: int = 256):
     """`rows` copies of `size` bytes from one region to another (no byte both read and written):
     an idempotent batch, each long row split over programs by the project's kernel."""
-    from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+    from mambafuzz.cases.batch_memcpy import BatchCopyCase
     stride = size + gap
     copies = tuple((256 + i * stride, 256 + (rows + i) * stride, size) for i in range(rows))
     return BatchCopyCase(arena_size=256 + 2 * rows * stride + 256, copies=copies, seed=1)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     from mambafuzz import kernels
     from mambafuzz.kernels import registry
     from mambafuzz.judge import gpu_reps
-    from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+    from mambafuzz.cases.batch_memcpy import BatchCopyCase
     from mambafuzz.judge.materialize import materialize
 
     assert not kernels.INTERPRETED

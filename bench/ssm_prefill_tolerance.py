@@ -40,7 +40,7 @@ GPU_SHAPES = [
 
 
 def make_case(rows, tokens, heads, headdim, dstate, dtype, io, bs, seed=0):
-    from mambafuzz.contracts.cases.ssm_prefill import SsmPrefillCase
+    from mambafuzz.cases.ssm_prefill import SsmPrefillCase
     from mambafuzz.oracle.ssm_prefill import derived_columns
 
     computed, cols, lens = [], [], []

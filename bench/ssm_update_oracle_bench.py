@@ -27,7 +27,7 @@ SHAPES = [  # (rows, heads, dim, dstate, tokens per row, spec)
 
 
 def make_case(rows, heads, dim, dstate, tokens, spec):
-    from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
+    from mambafuzz.cases.ssm_update import SsmUpdateCase
 
     cols = max(tokens, 1)
     src = tuple(tuple(1 + b * cols + c for c in range(cols)) for b in range(rows))

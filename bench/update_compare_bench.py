@@ -33,13 +33,13 @@ CONTRACTS = ("ssm_update", "delta_update", "conv_update")
 def draw_cases(contract: str, profile: str, n: int) -> list:
     from hypothesis import HealthCheck, given, settings
 
-    from mambafuzz import strategies
+    from mambafuzz import contracts, strategies
 
     cases = []
 
     @settings(max_examples=n, database=None, derandomize=True, deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(strategies.for_contract(contract, profile=strategies.PROFILES[profile]))
+    @given(contracts.strategy(contract, profile=strategies.PROFILES[profile]))
     def collect(case):
         cases.append(case)
 

@@ -36,7 +36,7 @@ DELTA = [  # (rows, tokens per row (spec: C = tokens), H, HV, K, V, spec, kda)
 
 
 def ssm_case(rows, heads, dim, dstate, tokens, spec):
-    from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
+    from mambafuzz.cases.ssm_update import SsmUpdateCase
 
     cols = max(tokens, 1)
     src = tuple(tuple(1 + b * cols + c for c in range(cols)) for b in range(rows))
@@ -49,7 +49,7 @@ def ssm_case(rows, heads, dim, dstate, tokens, spec):
 
 
 def delta_case(rows, tokens, heads, value_heads, kdim, vdim, spec, kda):
-    from mambafuzz.contracts.cases.delta_update import DeltaUpdateCase
+    from mambafuzz.cases.delta_update import DeltaUpdateCase
 
     cols = tokens if spec else 1
     return DeltaUpdateCase(

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from mambafuzz import contracts
 from mambafuzz.contracts import Argument, Contract, Prepared
-from mambafuzz.contracts.cases import CaseBase, check_int, check_int_list
+from mambafuzz.cases import CaseBase, check_int, check_int_list
 from mambafuzz.errors import CaseError
 
 PAD = -1

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.search.fuzz import FuzzOptions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ on exactly the same bytes.
 """
 from __future__ import annotations
 
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
-from mambafuzz.contracts.cases.postprocess import PostprocessCase
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.postprocess import PostprocessCase
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.oracle import PoolLayout
 
 

@@ -44,7 +44,7 @@ _LOADED = False
 
 __all__ = ["BUILTIN", "ENTRY_POINTS", "Argument", "CliOption", "Contract", "Image", "Output", "Prepared",
            "SharedOption", "case_from_json", "get", "import_origin", "import_root", "names", "of", "options",
-           "register", "registered"]
+           "register", "registered", "strategy"]
 
 
 def register(contract: Contract) -> Contract:
@@ -167,6 +167,18 @@ def get(name: str) -> Contract:
         return _CONTRACTS[name]
     except (KeyError, TypeError):
         raise UsageError(f"unknown contract {name!r} (known: {', '.join(_CONTRACTS)})") from None
+
+
+def strategy(name: str, profile: Any = "cpu", **options):
+    """The case strategy of contract `name` with its options (overlap='left', chains='forbidden', ...);
+    `profile` is a ``mambafuzz.strategies`` Profile or its name ('cpu', 'gpu', 'gpu-amp', ...)."""
+    if isinstance(profile, str):
+        from mambafuzz.strategies.profiles import PROFILES  # deferred: Hypothesis loads with the first strategy, not with the registry
+        try:
+            profile = PROFILES[profile]
+        except KeyError:
+            raise UsageError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})") from None
+    return get(name).strategy(profile, **options)
 
 
 def of(case) -> Contract:

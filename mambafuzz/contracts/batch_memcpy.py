@@ -17,7 +17,7 @@ from mambafuzz import oracle
 
 from .base import Argument, CliOption, Contract, Image, Prepared, down_to, without
 from .features import ALIGNS, COUNT_EDGES, COUNTS, NO_YES, SHIFTS, SIZES, align_label, bucket, joined, shift_size
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 
 
 # ---------------------------------------------------------------- reduction helpers

@@ -25,8 +25,8 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.conv_prefill import ConvPrefillCase
-from mambafuzz.contracts.cases.pools import MAX_SPARSE_ARENA
+from mambafuzz.cases.conv_prefill import ConvPrefillCase
+from mambafuzz.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle.conv_prefill import (boundary_offsets, conv_prefill_tolerance, derived_columns,
                                            expect_conv_prefill, plan_conv_prefill)

@@ -24,9 +24,9 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.conv_update import LAYOUTS, ConvUpdateCase
+from mambafuzz.cases.conv_update import LAYOUTS, ConvUpdateCase
 from mambafuzz.errors import UsageError
-from mambafuzz.contracts.cases.pools import MAX_SPARSE_ARENA
+from mambafuzz.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, plan_conv_update
 
 from .base import Argument, CliOption, Image, Output, Prepared

@@ -23,7 +23,7 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.delta_prefill import LAYOUTS, DeltaPrefillCase
+from mambafuzz.cases.delta_prefill import LAYOUTS, DeltaPrefillCase
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle.conv_prefill import boundary_offsets, derived_columns
 from mambafuzz.oracle.delta_prefill import expect_delta_prefill, plan_delta_prefill

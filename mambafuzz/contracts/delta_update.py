@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.delta_update import LAYOUTS, DeltaUpdateCase
+from mambafuzz.cases.delta_update import LAYOUTS, DeltaUpdateCase
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 

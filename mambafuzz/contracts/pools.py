@@ -25,8 +25,8 @@ from mambafuzz.oracle import PoolLayout
 from .base import Argument, Contract, Image, cut_to_end, packed, without
 from .features import (ALIGNS, COUNT_EDGES, COUNTS, ELEMS, HUGE, NO_YES, SHIFTS, SIZES, align_label, bucket,
                        joined, shift_size)
-from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
-from mambafuzz.contracts.cases.pools import PoolCase
+from mambafuzz.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+from mambafuzz.cases.pools import PoolCase
 
 # The meta table: int64 [S, len(META_COLUMNS)], one row per state, these columns in this order.
 META_COLUMNS = ("BASE", "BLOCK_STRIDE", "ELEM", "INNER", "CONV_LEN", "GROUP", "DS_ROWS", "DS_ROW_STRIDE")

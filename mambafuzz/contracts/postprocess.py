@@ -16,7 +16,7 @@ from mambafuzz import oracle
 from .base import Argument, Image, Output, Prepared
 from .features import joined
 from .pools import META_ARGUMENTS, TILES, PoolContract, int32
-from mambafuzz.contracts.cases.postprocess import REQUEST_FIELDS, PostprocessCase
+from mambafuzz.cases.postprocess import REQUEST_FIELDS, PostprocessCase
 
 class Postprocess(PoolContract):
     name = "postprocess"

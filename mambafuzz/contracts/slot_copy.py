@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .base import Argument
 from .slots import META_ARGUMENT, SRC_ARGUMENT, SlotContract
-from mambafuzz.contracts.cases.slot_copy import SlotCopyCase
+from mambafuzz.cases.slot_copy import SlotCopyCase
 
 
 class SlotCopy(SlotContract):

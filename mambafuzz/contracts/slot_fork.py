@@ -13,7 +13,7 @@ from __future__ import annotations
 from .base import Argument
 from .features import COUNT_EDGES, COUNTS, bucket
 from .slots import META_ARGUMENT, SRC_ARGUMENT, SlotContract
-from mambafuzz.contracts.cases.slot_fork import SlotForkCase
+from mambafuzz.cases.slot_fork import SlotForkCase
 
 
 class SlotFork(SlotContract):

@@ -21,19 +21,17 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.errors import UsageError
 from mambafuzz.oracle import SlotBuffer
 
 from .base import Argument, CliOption, Contract, Image, Prepared, cut_to_end, packed, without
 from .features import (ALIGNS, COUNT_EDGES, COUNTS, ELEMS, HUGE, NO_YES, SHIFTS, SIZES, align_label, bucket,
                        joined, shift_size)
 from .pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
-from mambafuzz.contracts.cases.slots import INDEX_DTYPES
-from mambafuzz.contracts.cases.slots import SlotCase
+from mambafuzz.cases.slots import CHAIN_CHOICES, INDEX_DTYPES, check_chains
+from mambafuzz.cases.slots import SlotCase
 
 # The meta table: int64 [B, len(SLOT_META_COLUMNS)], one row per buffer, these columns in this order.
 SLOT_META_COLUMNS = ("BASE", "LAYERS", "SLOTS", "SLOT_BYTES", "SLOT_STRIDE", "LAYER_STRIDE", "ELEM")
-CHAIN_CHOICES = ("allowed", "forbidden")
 
 META_ARGUMENT = Argument(
     "meta", "int64", "[B, 7]",
@@ -209,8 +207,7 @@ class SlotContract(Contract):
         raise NotImplementedError
 
     def strategy(self, profile, chains: str = "allowed", ill_posed: bool = False, **_):
-        if chains not in CHAIN_CHOICES:
-            raise UsageError(f"{self.name} option chains must be one of {', '.join(CHAIN_CHOICES)}, got {chains!r}")
+        check_chains(self.name, chains)
         from mambafuzz.strategies.slots import slot_cases  # deferred: Hypothesis loads with the first strategy, not with the CLI's parser
         return slot_cases(profile, forked=self.forked, chains=chains, ill_posed=ill_posed)
 

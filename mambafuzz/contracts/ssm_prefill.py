@@ -25,8 +25,8 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
-from mambafuzz.contracts.cases.ssm_prefill import SsmPrefillCase
+from mambafuzz.cases.pools import DENSE_LIMIT, GUARD, MAX_SPARSE_ARENA
+from mambafuzz.cases.ssm_prefill import SsmPrefillCase
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle.ssm_prefill import boundary_offsets, derived_columns, expect_ssm_prefill, plan_ssm_prefill
 

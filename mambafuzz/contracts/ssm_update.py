@@ -28,8 +28,8 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.pools import MAX_SPARSE_ARENA
-from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
+from mambafuzz.cases.pools import MAX_SPARSE_ARENA
+from mambafuzz.cases.ssm_update import SsmUpdateCase
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 

@@ -23,41 +23,10 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.errors import UsageError
 
 from .base import Argument, CliOption, Image, Prepared
 from .pools import META_ARGUMENTS, TILES, PoolContract, int32
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
-
-
-LAYOUTS = ("both", "sd", "ds")
-_YES, _NO = ("yes", "on", "true", "1"), ("no", "off", "false", "0")
-
-
-class _TileChoices(tuple):
-    """``--tiles`` accepts 'drawn' or any positive count; argparse shows the choices as {drawn,N}."""
-
-    def __contains__(self, value) -> bool:
-        return value == "drawn" or (isinstance(value, (str, int)) and str(value).isdigit() and int(value) >= 1)
-
-
-def parse_options(layout="both", tiles="drawn", skip_equal_cols=False) -> tuple[str, int | None, bool]:
-    """(layout, fixed tile count or None for drawn, skip) from API or CLI values; UsageError in one line."""
-    if layout not in LAYOUTS:
-        raise UsageError(f"state_copy option layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    fixed = None
-    if tiles not in (None, "drawn"):
-        if isinstance(tiles, bool) or tiles not in _TileChoices():
-            raise UsageError(f"state_copy option tiles must be 'drawn' or a positive tile count, got {tiles!r}")
-        fixed = int(tiles)
-    if isinstance(skip_equal_cols, str):
-        word = skip_equal_cols.lower()
-        if word not in _YES + _NO:
-            raise UsageError(f"state_copy option skip_equal_cols must be yes or no, got {skip_equal_cols!r}")
-        skip_equal_cols = word in _YES
-    elif not isinstance(skip_equal_cols, bool):
-        raise UsageError(f"state_copy option skip_equal_cols must be True or False, got {skip_equal_cols!r}")
-    return layout, fixed, skip_equal_cols
+from mambafuzz.cases.state_copy import LAYOUTS, TileChoices, StateCopyCase, parse_options
 
 
 def _droppable_columns(case: StateCopyCase) -> list[int]:
@@ -83,7 +52,7 @@ class StateCopy(PoolContract):
     options = (TILES,)
     cli_options = (
         CliOption("layout", LAYOUTS, "both", "the conv layout your kernel handles: sd, ds or both"),
-        CliOption("tiles", _TileChoices(("drawn", "N")), "drawn",
+        CliOption("tiles", TileChoices(("drawn", "N")), "drawn",
                   "temporal tile count: drawn per case, or your kernel's fixed count N (vLLM: 16)"),
         CliOption("skip_equal_cols", ("no", "yes"), "no",
                   "yes: your kernel skips requests whose src_col == dst_col (expected untouched)"),

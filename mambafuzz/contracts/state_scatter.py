@@ -25,8 +25,8 @@ from typing import Iterator
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.pools import DENSE_LIMIT, MAX_SPARSE_ARENA
-from mambafuzz.contracts.cases.state_scatter import INDEX_DTYPES, StateScatterCase
+from mambafuzz.cases.pools import DENSE_LIMIT, MAX_SPARSE_ARENA
+from mambafuzz.cases.state_scatter import INDEX_DTYPES, StateScatterCase
 from mambafuzz.errors import UsageError
 from mambafuzz.oracle import SlotBuffer, StepStates
 

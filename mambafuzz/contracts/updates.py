@@ -2,7 +2,7 @@
 finite values to fill slots with, pools of distinct values at the cost of one slot (``slot_values``), tensors on the
 case's device for the kernel and the oracle, the pad and min-accepted options, the one-row-fewer
 shrink step, and ``UpdateContract``: the case code of a pool of slots (held slots, the arena image, index
-tables renumbered, the pool resized, validity) on cases of ``contracts.cases.updates.UpdateCase``
+tables renumbered, the pool resized, validity) on cases of ``cases.updates.UpdateCase``
 (``ConvPoolContract``: what the conv contracts add)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from mambafuzz import oracle
-from mambafuzz.contracts.cases.pools import DENSE_LIMIT, GUARD
+from mambafuzz.cases.pools import DENSE_LIMIT, GUARD
 from mambafuzz.errors import UsageError
 
 from .base import CliOption, Contract, Image, Output

@@ -27,7 +27,7 @@ from typing import Any
 
 from mambafuzz import contracts
 from mambafuzz.contracts import case_from_json
-from mambafuzz.contracts.cases import Case
+from mambafuzz.cases import Case
 from mambafuzz.judge.engine import Verdict
 from mambafuzz.errors import CaseError, CrashFileError, UsageError
 from mambafuzz.findings.witness import Witness

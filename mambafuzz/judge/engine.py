@@ -27,7 +27,7 @@ from typing import Any
 from mambafuzz.control import mps  # the worker's sharing of its GPU, as the session set it up
 from mambafuzz.control.clock import Deadline
 from mambafuzz.judge import blame
-from mambafuzz.contracts.cases import Case
+from mambafuzz.cases import Case
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, rejection
 from mambafuzz.judge.materialize import Materialized, Mismatch, materialize
 from mambafuzz.judge.stats import rate_upper_bound

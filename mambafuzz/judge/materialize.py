@@ -16,7 +16,7 @@ from mambafuzz import contracts, oracle
 from mambafuzz.contracts.base import Output, host_array
 from mambafuzz.kernels.perturb import Perturb
 
-from mambafuzz.contracts.cases import Case
+from mambafuzz.cases import Case
 from mambafuzz.errors import CaseError, InternalError, MambafuzzError
 from mambafuzz.instrument import perturbed_launches
 from mambafuzz.judge.signature import accepts, by_position

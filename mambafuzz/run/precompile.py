@@ -122,12 +122,12 @@ def _cases(task: Task, job: dict, state: dict) -> list:
     """The target's first `CASES` cases of its own strategy, the same in every helper (derandomised)."""
     from hypothesis import HealthCheck, Phase, given, settings  # deferred: Hypothesis loads with the first strategy, not with the parser
 
-    from mambafuzz import strategies  # deferred: Hypothesis loads with the first strategy, not with the parser
+    from mambafuzz import contracts, strategies  # deferred: Hypothesis loads with the first strategy, not with the parser
 
     key = task.entry["spec"]
     if key not in state:
         profile = strategies.PROFILES[job["profile"]]
-        strategy = strategies.for_contract(task.entry["contract"], profile=profile,
+        strategy = contracts.strategy(task.entry["contract"], profile=profile,
                                            **{**job.get("contract_options", {}),
                                               "overlap": task.entry.get("overlap", "full"),
                                               **task.entry.get("options", {})})

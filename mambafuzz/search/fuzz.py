@@ -49,7 +49,7 @@ from mambafuzz.control import interrupt
 from mambafuzz.control.clock import Deadline
 from mambafuzz import contracts
 from mambafuzz.contracts import case_from_json
-from mambafuzz.contracts.cases import Case
+from mambafuzz.cases import Case
 from mambafuzz.judge.engine import Verdict, run_case
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, UsageError
 from mambafuzz.search import cross
@@ -550,7 +550,7 @@ class _FuzzLoop:
             report.finished = True
             return report
         report.options = contracts.get(self.target.contract).narrowed(self.options)
-        self.strategy = strategies.for_contract(self.target.contract, profile=opts.profile, **self.options)
+        self.strategy = contracts.strategy(self.target.contract, profile=opts.profile, **self.options)
         report.tally.expect(self.target.contract, profile=opts.profile, device=opts.device, options=self.options)
         report.stop = "max-examples"
         try:

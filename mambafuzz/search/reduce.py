@@ -25,7 +25,7 @@ import itertools
 from typing import Callable, Iterator
 
 from mambafuzz import contracts
-from mambafuzz.contracts.cases import Case
+from mambafuzz.cases import Case
 
 
 def candidates(case: Case, options: dict | None = None) -> Iterator[Case]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 
 from .perturb import maybe_perturb
 from .profiles import Profile, draw_wide

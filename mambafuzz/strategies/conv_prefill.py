@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.conv_prefill import DTYPES, LAYOUTS, ConvPrefillCase
+from mambafuzz.cases.conv_prefill import DTYPES, LAYOUTS, ConvPrefillCase
 
 from .perturb import maybe_perturb
 from .profiles import Profile

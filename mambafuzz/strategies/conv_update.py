@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.conv_update import DTYPES, LAYOUTS, ConvUpdateCase
+from mambafuzz.cases.conv_update import DTYPES, LAYOUTS, ConvUpdateCase
 
 from .narrow import presence
 from .perturb import maybe_perturb

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.delta_prefill import DTYPES, LAYOUTS, DeltaPrefillCase
+from mambafuzz.cases.delta_prefill import DTYPES, LAYOUTS, DeltaPrefillCase
 
 from .narrow import presence
 from .perturb import maybe_perturb

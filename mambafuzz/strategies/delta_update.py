@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.delta_update import DTYPES, LAYOUTS, DeltaUpdateCase
+from mambafuzz.cases.delta_update import DTYPES, LAYOUTS, DeltaUpdateCase
 
 from .narrow import presence
 from .perturb import maybe_perturb

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.pools import MAX_SPARSE_ARENA
-from mambafuzz.contracts.cases.postprocess import PostprocessCase
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.pools import MAX_SPARSE_ARENA
+from mambafuzz.cases.postprocess import PostprocessCase
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.oracle import PoolLayout, decide
 
 from .perturb import maybe_perturb

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.slot_copy import SlotCopyCase
-from mambafuzz.contracts.cases.slot_fork import SlotForkCase
+from mambafuzz.cases.slot_copy import SlotCopyCase
+from mambafuzz.cases.slot_fork import SlotForkCase
 from mambafuzz.oracle import SlotBuffer
 
 from .perturb import maybe_perturb

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.ssm_prefill import DTYPES, SsmPrefillCase
+from mambafuzz.cases.ssm_prefill import DTYPES, SsmPrefillCase
 
 from .perturb import maybe_perturb
 from .profiles import Profile

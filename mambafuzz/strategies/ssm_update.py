@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.ssm_update import DTYPES, SsmUpdateCase
+from mambafuzz.cases.ssm_update import DTYPES, SsmUpdateCase
 
 from .narrow import presence
 from .perturb import maybe_perturb

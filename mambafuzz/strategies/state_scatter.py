@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mambafuzz.contracts.cases.state_scatter import INDEX_DTYPES, StateScatterCase
+from mambafuzz.cases.state_scatter import INDEX_DTYPES, StateScatterCase
 from mambafuzz.oracle import SlotBuffer, StepStates
 
 from .perturb import maybe_perturb

@@ -3,7 +3,7 @@ row; the correct Triton kernel and the torch path clean under the same fuzzing, 
 import pytest
 
 from common import caught_and_shrunk, clean_under_zoo_fuzzing, zoo_options
-from mambafuzz.contracts.cases.conv_update import ConvUpdateCase
+from mambafuzz.cases.conv_update import ConvUpdateCase
 from mambafuzz.judge.engine import run_case
 from mambafuzz.kernels import registry
 from mambafuzz.search.fuzz import fuzz_target

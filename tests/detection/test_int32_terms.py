@@ -37,7 +37,7 @@ def test_the_cpu_profile_draws_every_term_past_2_gib_with_small_strides(contract
     seen = Counter()
 
     @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(strategies.for_contract(contract, profile=strategies.CPU))
+    @given(contracts.strategy(contract, profile=strategies.CPU))
     def draw(case):
         assert contracts.get(contract).valid(case), case.describe()
         seen.update(terms(case))
@@ -54,7 +54,7 @@ def _huge_cases(contract, n, **options):
     out = []
 
     @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(strategies.for_contract(contract, **options).filter(lambda c: terms(c) != ["none"]))
+    @given(contracts.strategy(contract, **options).filter(lambda c: terms(c) != ["none"]))
     def draw(case):
         out.append(case)
 

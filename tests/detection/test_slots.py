@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from common import ROOT, fuzz_options, mf
-from mambafuzz import contracts, oracle, strategies
+from mambafuzz import contracts, oracle
 from mambafuzz.contracts import case_from_json
 from mambafuzz.contracts import slots as contract_slots
 from mambafuzz.contracts.slot_copy import SlotCopyCase
@@ -196,7 +196,7 @@ def test_an_empty_batch_changes_nothing():
 
 # ---------------------------------------------------------------- strategies and cases
 @FAST
-@given(strategies.for_contract("slot_copy"))
+@given(contracts.strategy("slot_copy"))
 def test_drawn_copies_are_well_posed_and_round_trip(case):
     assert contracts.get("slot_copy").valid(case)
     back = case_from_json(json.loads(json.dumps(case.to_json())))
@@ -204,21 +204,21 @@ def test_drawn_copies_are_well_posed_and_round_trip(case):
 
 
 @FAST
-@given(strategies.for_contract("slot_fork"))
+@given(contracts.strategy("slot_fork"))
 def test_drawn_forks_are_well_posed_with_fanout_up_to_8(case):
     assert contracts.get("slot_fork").valid(case)
     assert 1 <= len(case.dst_idx[0]) <= 8 and len({len(r) for r in case.dst_idx}) == 1
 
 
 @FAST
-@given(strategies.for_contract("slot_fork", chains="forbidden"))
+@given(contracts.strategy("slot_fork", chains="forbidden"))
 def test_chains_forbidden_draws_no_slot_that_is_both_written_and_read(case):
     written = {d for row in case.dst_idx for d in row}
     assert not written & set(case.src_idx)
 
 
 @FAST
-@given(strategies.for_contract("slot_copy", ill_posed=True))
+@given(contracts.strategy("slot_copy", ill_posed=True))
 def test_ill_posed_on_request_only(case):
     assert oracle.find_slot_conflict(case.src_idx, case.dst_idx) is not None
     assert not contracts.get("slot_copy").valid(case)
@@ -228,7 +228,7 @@ def test_strategies_lean_towards_chains_swaps_self_copies_and_huge_buffers():
     seen = {"chain": 0, "swap": 0, "self": 0, "huge": 0, "slot-major": 0, "padded": 0}
 
     @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(strategies.for_contract("slot_copy"))
+    @given(contracts.strategy("slot_copy"))
     def draw(case):
         pairs = set(zip(case.src_idx, case.dst_idx))
         seen["chain"] += bool(oracle.chained_pairs(case.src_idx, case.dst_idx).any())
@@ -245,7 +245,7 @@ def test_strategies_lean_towards_chains_swaps_self_copies_and_huge_buffers():
 def test_bad_chains_value_is_a_usage_error():
     from mambafuzz.errors import UsageError
     with pytest.raises(UsageError, match="chains must be one of allowed, forbidden"):
-        strategies.for_contract("slot_copy", chains="sometimes")
+        contracts.strategy("slot_copy", chains="sometimes")
 
 
 @pytest.mark.parametrize("body, message", [
@@ -264,7 +264,7 @@ def test_bad_case_json_is_named(body, message):
 
 
 @FAST
-@given(strategies.for_contract("slot_fork"))
+@given(contracts.strategy("slot_fork"))
 def test_reduction_candidates_are_valid_and_strictly_smaller(case):
     contract = contracts.get("slot_fork")
     for smaller in contract.candidates(case):
@@ -342,7 +342,7 @@ def test_the_race_check_flags_every_chain_and_nothing_else(zoo_id, contract):
     seen = {True: 0, False: 0}
 
     @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(strategies.for_contract(contract))
+    @given(contracts.strategy(contract))
     def check(case):
         chained = bool(oracle.chained_pairs(case.src_idx, case.children).any())
         verdict = run_case(racy, case, "cpu", mode="race")

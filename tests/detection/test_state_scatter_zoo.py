@@ -2,7 +2,7 @@
 two rows; the correct Triton kernel and the torch path clean under the same fuzzing, with the race check on."""
 import pytest
 
-from mambafuzz.contracts.cases.state_scatter import StateScatterCase
+from mambafuzz.cases.state_scatter import StateScatterCase
 from mambafuzz.judge.engine import run_case
 from common import caught_and_shrunk, zoo_options
 from mambafuzz.kernels import registry
@@ -36,7 +36,6 @@ def test_a_slot_offset_formed_in_32_bits_is_caught_past_2g_elements():
     from hypothesis import HealthCheck, Phase, given, settings
 
     from mambafuzz import contracts
-    from mambafuzz.strategies import for_contract
 
     found = []
 
@@ -48,7 +47,7 @@ def test_a_slot_offset_formed_in_32_bits_is_caught_past_2g_elements():
 
     @settings(database=None, max_examples=300, derandomize=True, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(for_contract("state_scatter"))
+    @given(contracts.strategy("state_scatter"))
     def look(case):
         if not found and contracts.of(case).features(case)["past_2g_elements"] == "yes" and crossing(case):
             found.append(case)

@@ -13,7 +13,7 @@ import pytest
 import triton
 from common import mf
 
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.judge.engine import run_case
 from mambafuzz.oracle import PoolLayout
 

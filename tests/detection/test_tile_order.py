@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.judge.engine import run_case
 from mambafuzz.oracle import PoolLayout
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from mambafuzz import cli, strategies
+from mambafuzz import cli, contracts
 from common import zoo_options
 from mambafuzz.kernels import registry
 from mambafuzz.judge.engine import KINDS, run_case
@@ -145,7 +145,7 @@ def test_racy_variant_is_flagged_on_every_racy_case_and_only_there(zoo_id):
     seen = {True: 0, False: 0}
 
     @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(strategies.for_contract(contract))
+    @given(contracts.strategy(contract))
     def check(case):
         expected = racy(case)
         if expected is None:

@@ -1,3 +1,4 @@
+from mambafuzz import contracts
 """GPU tests: compiled kernels on CUDA (run with MAMBAFUZZ_DEVICE=cuda pytest -m gpu).
 
 Correct kernels must equal the oracle in every one of many repetitions over
@@ -68,7 +69,7 @@ def test_the_device_comparison_agrees_with_the_host_on_the_gpu(contract):
     fn = registry.get(f"triton.{contract}").fn
 
     @settings(max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(case=strategies.for_contract(contract, profile=strategies.GPU), data=st.data())
+    @given(case=contracts.strategy(contract, profile=strategies.GPU), data=st.data())
     def check(case, data):
         m = materialize(case, "cuda")
         m.run(fn)

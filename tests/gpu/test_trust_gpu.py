@@ -23,7 +23,7 @@ def _line(module, text: str) -> int:
 def test_a_kernel_that_does_not_compile_for_one_input_is_a_compile_finding(tmp_path):
     from style_kernels import compile_check
 
-    from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+    from mambafuzz.cases.batch_memcpy import BatchCopyCase
     from mambafuzz.judge.engine import run_case
 
     one = BatchCopyCase(arena_size=4096, copies=((0, 2048, 1000),), seed=1)
@@ -56,7 +56,7 @@ def test_the_cli_reports_a_compile_finding_and_still_judges_the_other_target(tmp
 
 
 def test_the_cpu_witness_runs_loaded_loop_bounds_on_this_boxs_triton():
-    from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+    from mambafuzz.cases.batch_memcpy import BatchCopyCase
     from mambafuzz.search.cross import WITNESSED, cpu_witness
     from mambafuzz.control.targets import user_target
 

@@ -115,7 +115,7 @@ def test_bad_usage_is_one_usage_error(kwargs, says):
 
 @pytest.mark.matrix
 def test_contract_options_reach_the_strategy():
-    """layout and a fixed tile count, through check -> fuzz_target -> strategies.for_contract."""
+    """layout and a fixed tile count, through check -> fuzz_target -> contracts.strategy."""
     seen = []
 
     def recording_state_copy(meta, block_tables, src_cols, dst_cols, biases, *, num_tiles):
@@ -177,6 +177,35 @@ def test_public_strategies_in_a_plain_given_test(case):
     assert all(dst <= src or dst >= src + n for src, dst, n in case.copies)  # overlap='left' reached the draw
     verdict = run_case(correct_batch_copy, case, "cpu", mode="race")
     assert not verdict.failed, verdict.summary()
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: strategies.batch_copies(overlap="right"), "overlap must be one of full, left, got 'right'"),
+    (lambda: strategies.state_copies(layout="dd"), "layout must be one of both, sd, ds, got 'dd'"),
+    (lambda: strategies.state_copies(tiles=0), "tiles must be 'drawn' or a positive tile count, got 0"),
+    (lambda: strategies.slot_copies(chains="sometimes"), "slot_copy option chains must be one of"),
+    (lambda: strategies.slot_forks(chains="never"), "slot_fork option chains must be one of"),
+    (lambda: strategies.postprocesses("tpu"), "unknown profile 'tpu'"),
+    (lambda: mambafuzz.contracts.strategy("conv_updat"), "unknown contract 'conv_updat'"),
+    (lambda: mambafuzz.contracts.strategy("ssm_update", profile="tpu"), "unknown profile 'tpu'"),
+])
+def test_a_public_strategy_with_a_bad_option_says_so_in_one_line(make, words):
+    """Raised when the strategy is built, before any draw (a @given test fails at collection, not mid-run)."""
+    with pytest.raises(UsageError, match=re.escape(words)):
+        make()
+
+
+@settings(max_examples=10, deadline=None)
+@given(strategies.slot_forks(chains="forbidden"))
+def test_slot_forks_draw_fork_cases_without_chains(case):
+    assert case.contract == "slot_fork"
+    assert not set(case.src_idx) & {d for row in case.dst_idx for d in row}  # no slot both source and destination
+
+
+@settings(max_examples=10, deadline=None)
+@given(mambafuzz.contracts.strategy("ssm_update", profile="gpu"))
+def test_any_contract_strategy_by_name_and_profile_name(case):
+    assert case.contract == "ssm_update"
 
 
 @pytest.mark.matrix

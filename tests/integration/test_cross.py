@@ -12,7 +12,7 @@ import pytest
 from mambafuzz import findings
 from mambafuzz.search import cross
 from mambafuzz.contracts import case_from_json
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.judge.engine import Verdict
 from mambafuzz.kernels import registry
 from mambafuzz.judge.materialize import Mismatch

@@ -11,7 +11,7 @@ decides whether the line appears.
 import json
 
 from mambafuzz import findings
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.findings.replay import STILL_FAILING, replay_one
 from mambafuzz.judge.engine import run_case
 from mambafuzz.cli import replay_lines

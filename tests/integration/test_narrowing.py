@@ -100,7 +100,7 @@ def _draws(contract: str, count: int, **options) -> list:
 
     @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(strategies.for_contract(contract, profile=strategies.CPU, **options))
+    @given(contracts.strategy(contract, profile=strategies.CPU, **options))
     def draw(case):
         out.append(case)
 

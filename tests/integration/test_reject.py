@@ -22,7 +22,7 @@ from mambafuzz.search import cross
 from mambafuzz.judge import engine
 from mambafuzz.judge import gpu_reps
 from mambafuzz.findings import replay
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.errors import Inconclusive, InternalError, MambafuzzError, Rejected, UsageError, rejection
 from mambafuzz.kernels import registry
 from mambafuzz.judge.materialize import materialize

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mambafuzz import findings
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.contracts import case_from_json
 from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.search.fuzz import check_database

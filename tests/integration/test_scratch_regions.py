@@ -21,7 +21,7 @@ import triton.language as tl
 import mambafuzz
 from mambafuzz import adapters, findings
 from mambafuzz.search import features
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.judge.engine import KINDS, Verdict, run_case
 from mambafuzz.errors import Failure
 

@@ -138,9 +138,9 @@ def test_one_replay_alone_that_recurs_settles_a_target_every_worker_of_the_gpu_s
 
     from mambafuzz import findings
     from mambafuzz.search.fuzz import TargetReport
-    from mambafuzz.strategies import for_contract
+    from mambafuzz import contracts
 
-    case = find(for_contract("batch_memcpy"), lambda c: True)
+    case = find(contracts.strategy("batch_memcpy"), lambda c: True)
     session = _session(tmp_path, ["crash_always", "crash_once"])
     paths = {}
     for w, name in enumerate(["sharedk:crash_always"] * 3 + ["sharedk:crash_once"]):

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import mambafuzz
 from mambafuzz import contracts
 from mambafuzz.contracts import Argument, Contract, Prepared
-from mambafuzz.contracts.cases import CaseBase, check_int, check_nested
+from mambafuzz.cases import CaseBase, check_int, check_nested
 from mambafuzz.errors import CaseError, UsageError
 
 HERE = Path(__file__).resolve().parent

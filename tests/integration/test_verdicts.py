@@ -20,7 +20,7 @@ from common import mf, mf_popen, one_line_error
 from mambafuzz.kernels import registry
 from mambafuzz import cli
 from mambafuzz.judge import blame
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.findings import load
 from mambafuzz.judge.engine import run_case
 from mambafuzz.errors import Inconclusive, InternalError
@@ -247,7 +247,7 @@ def test_a_compare_error_is_internal(monkeypatch):
 ])
 def test_a_hand_edited_number_too_large_is_one_line_naming_its_field(field, value, message):
     from mambafuzz.contracts import case_from_json
-    from mambafuzz.contracts.cases.conv_update import ConvUpdateCase
+    from mambafuzz.cases.conv_update import ConvUpdateCase
     from mambafuzz.errors import CaseError
 
     body = ConvUpdateCase(arena_size=4096, dtype="float32", layout="dim", offset=0, slots=2, dim=4, state_len=4,

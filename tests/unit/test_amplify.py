@@ -25,13 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from mambafuzz import contracts
 from mambafuzz import kernels  # noqa: E402
 from mambafuzz import strategies  # noqa: E402
 from mambafuzz.kernels import registry  # noqa: E402
 from mambafuzz.kernels.perturb import NO_DELAY, Perturb, launch_args  # noqa: E402
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase  # noqa: E402
-from mambafuzz.contracts.cases.postprocess import PostprocessCase
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase  # noqa: E402
+from mambafuzz.cases.postprocess import PostprocessCase
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.contracts import case_from_json  # noqa: E402
 from mambafuzz.judge.engine import run_case  # noqa: E402
 from mambafuzz.errors import CaseError  # noqa: E402
@@ -152,7 +153,7 @@ def test_reduction_tries_dropping_the_perturbation_first():
 
 # ---------------------------------------------------------------- strategies
 def _all(profile):
-    return st.one_of(*(strategies.for_contract(c, profile=profile)
+    return st.one_of(*(contracts.strategy(c, profile=profile)
                        for c in ("batch_memcpy", "state_copy", "postprocess")))
 
 
@@ -212,7 +213,7 @@ def test_perturbations_shrink_towards_none():
     # a finding that needs some delay keeps the smallest one, no seed, 4 warps
     assert find(strategies.perturbs(), lambda p: p is not None and p[1] > 0, settings=opts) == (1, 500, 1, 0, 4)
     # ... and a whole case shrinks its perturbation away when it is not needed
-    case = find(strategies.for_contract("batch_memcpy", profile=CPU_AMP), lambda c: len(c.copies) >= 2,
+    case = find(contracts.strategy("batch_memcpy", profile=CPU_AMP), lambda c: len(c.copies) >= 2,
                 settings=opts)
     assert case.perturb is None
 

@@ -12,7 +12,7 @@ import pytest
 
 from common import ROOT, fuzz_options, mf
 from mambafuzz.judge import blame
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.judge.engine import Verdict, run_case
 from mambafuzz.search.fuzz import fuzz_target
 from mambafuzz.control.targets import user_target

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mambafuzz import contracts
-from mambafuzz.contracts.cases.conv_prefill import ConvPrefillCase
+from mambafuzz.cases.conv_prefill import ConvPrefillCase
 from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle import OracleError
@@ -196,7 +196,7 @@ def _drawn(n, profile="cpu", **options):
     cases = []
 
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(strategies.for_contract("conv_prefill", profile=strategies.PROFILES[profile], **options))
+    @given(contracts.strategy("conv_prefill", profile=strategies.PROFILES[profile], **options))
     def collect(case):
         cases.append(case)
 

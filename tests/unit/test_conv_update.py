@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mambafuzz import contracts
-from mambafuzz.contracts.cases.conv_update import ConvUpdateCase
+from mambafuzz.cases.conv_update import ConvUpdateCase
 from mambafuzz.contracts.updates import from_float64, to_float64
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle import OracleError
@@ -146,7 +146,7 @@ def test_a_huge_draw_puts_its_slot_past_2_31_where_the_step_reads_or_stores():
     seen = []
 
     @settings(max_examples=150, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(strategies.for_contract("conv_update", profile=strategies.GPU))
+    @given(contracts.strategy("conv_update", profile=strategies.GPU))
     def check(case):
         top = case.slots - 1
         if top * (case.slot_stride // case.elem) < 1 << 31 and top * case.slot_stride < 1 << 31:

@@ -7,7 +7,7 @@ import pytest
 
 from common import compile_for_sm90
 from mambafuzz import contracts
-from mambafuzz.contracts.cases.delta_prefill import DeltaPrefillCase
+from mambafuzz.cases.delta_prefill import DeltaPrefillCase
 from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle.conv_prefill import boundary_offsets

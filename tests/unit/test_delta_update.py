@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from common import compile_for_sm90
-from mambafuzz.contracts.cases.delta_update import DeltaUpdateCase
+from mambafuzz.cases.delta_update import DeltaUpdateCase
 from mambafuzz.errors import CaseError
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle import OracleError

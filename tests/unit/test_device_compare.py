@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mambafuzz.contracts.base import host_array
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.kernels import registry
-from mambafuzz.strategies import for_contract
+from mambafuzz import contracts
 
 CONTRACTS = ["ssm_update", "delta_update", "conv_update", "state_scatter", "state_copy", "conv_prefill", "ssm_prefill",
              "delta_prefill"]
@@ -30,7 +30,7 @@ def _wrong(t: torch.Tensor, i: int) -> None:
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_device_and_host_comparisons_agree(contract, data):
-    case = data.draw(for_contract(contract))
+    case = data.draw(contracts.strategy(contract))
     m = materialize(case, "cpu")
     fn = registry.get(f"torch.{contract}").fn
     m.run(fn)
@@ -56,7 +56,7 @@ def test_device_and_host_comparisons_agree(contract, data):
 
 
 def test_a_device_comparison_that_cannot_run_leaves_the_verdict_to_the_host():
-    case = find(for_contract("ssm_update"), lambda c: True)
+    case = find(contracts.strategy("ssm_update"), lambda c: True)
     m = materialize(case, "cpu")
     m.run(registry.get("torch.ssm_update").fn)
     m.arena[0] ^= 0xFF
@@ -71,7 +71,7 @@ def _noop(src_ptrs, dst_ptrs, sizes, *, arena):
 def test_after_the_first_failing_repetition_only_whether_later_ones_fail_is_asked(monkeypatch):
     from mambafuzz.judge import engine, materialize as mat
 
-    case = find(for_contract("batch_memcpy"), lambda c: engine.run_case(_noop, c, "cpu").failed)
+    case = find(contracts.strategy("batch_memcpy"), lambda c: engine.run_case(_noop, c, "cpu").failed)
     calls, asked = [], []
     real, real_differs = mat.Materialized.compare, mat.Materialized.differs
     monkeypatch.setattr(mat.Materialized, "compare", lambda self: (calls.append(1), real(self))[1])
@@ -101,7 +101,7 @@ def test_after_the_first_failing_repetition_only_whether_later_ones_fail_is_aske
 def test_an_output_left_nan_differs_on_the_device_as_on_the_host(contract, data):
     """`out` starts as NaN: a kernel that never writes it leaves NaN where a value is expected.  NaN is
     right only where NaN is expected (never, here), on the device as on the host."""
-    case = data.draw(for_contract(contract))
+    case = data.draw(contracts.strategy(contract))
     m = materialize(case, "cpu")
     m.run(registry.get(f"torch.{contract}").fn)
     out = {o.name: o for o in m.outputs}["out"]

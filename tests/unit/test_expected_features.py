@@ -36,7 +36,7 @@ def drawn(contract: str, options: dict, draws: int = DRAWS, seeds: tuple = (None
     for s in seeds:
         @settings(max_examples=draws, database=None, deadline=None, derandomize=s is None,
                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-        @given(strategies.for_contract(contract, **options))
+        @given(contracts.strategy(contract, **options))
         def collect(case):
             assert spec.valid(case), case.describe()
             for name, value in spec.features(case).items():
@@ -92,7 +92,7 @@ def test_ill_posed_draws_are_ill_posed(contract):
 
     @settings(max_examples=60, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(strategies.for_contract(contract, ill_posed=True))
+    @given(contracts.strategy(contract, ill_posed=True))
     def collect(case):
         try:
             spec.valid(case)
@@ -130,7 +130,7 @@ def test_the_ssm_slot_past_2_gib_is_one_a_correct_step_reads_or_stores():
 
     @settings(max_examples=400, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(strategies.for_contract("ssm_update"))
+    @given(contracts.strategy("ssm_update"))
     def collect(case):
         if contracts.of(case).features(case)["past_2gib"] == "yes":
             plan = plan_ssm_update(case.slots, case.lens, case.src, case.dst, case.nacc, case.pad)

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from mambafuzz import contracts
 from mambafuzz.search import features
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
-from mambafuzz.contracts.cases.postprocess import PostprocessCase
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.postprocess import PostprocessCase
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.contracts.slot_copy import SlotCopyCase
 from mambafuzz.contracts.slot_fork import SlotForkCase
 from mambafuzz.judge.engine import SavedHazard, Verdict
@@ -279,12 +279,10 @@ def test_features_reach_hypothesis_observability_records(tmp_path):
 
 @pytest.mark.parametrize("contract", ["batch_memcpy", "state_copy", "postprocess", "slot_copy", "slot_fork"])
 def test_every_drawn_case_has_labels_from_the_bucket_lists(contract):
-    from mambafuzz import strategies
-
     own = {**contracts.get(contract).buckets, **features.GENERIC_BUCKETS}
 
     @settings(max_examples=25, database=None, deadline=None)
-    @given(strategies.for_contract(contract, profile=GPU_AMP))
+    @given(contracts.strategy(contract, profile=GPU_AMP))
     def body(case):
         for name, value in feats(case, Verdict(reps=3, failures=1, mode="compare")).items():
             for label in features.labels_of(value):

@@ -10,7 +10,7 @@ import pytest
 
 from mambafuzz import findings
 from mambafuzz.search import flaky
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
 from mambafuzz.judge.engine import Verdict
 from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.kernels.registry import Target

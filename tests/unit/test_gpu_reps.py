@@ -32,8 +32,8 @@ from mambafuzz.control.clock import Deadline  # noqa: E402
 from mambafuzz.judge import engine  # noqa: E402
 from mambafuzz.judge import gpu_reps
 from mambafuzz.contracts import pools as pool_contracts  # noqa: E402
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase  # noqa: E402
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase  # noqa: E402
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.judge.gpu_reps import (BatchPlan, drive, failing_mismatch, plan_batches, run_reps,  # noqa: E402
                                 use_graph)
 from mambafuzz.judge.materialize import materialize  # noqa: E402

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 
 from common import compile_for_sm90  # noqa: E402
 from mambafuzz import kernels  # noqa: E402
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase  # noqa: E402
+from mambafuzz.cases.batch_memcpy import BatchCopyCase  # noqa: E402
 from mambafuzz.instrument import launches, perturbed_launches, variant_of  # noqa: E402
 from mambafuzz.instrument.transform import NotInstrumentable, transform  # noqa: E402
 from mambafuzz.kernels.perturb import Perturb  # noqa: E402

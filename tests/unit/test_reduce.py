@@ -8,11 +8,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mambafuzz import contracts
 from mambafuzz import strategies
 from mambafuzz.kernels.registry import Target
-from mambafuzz.contracts.cases.batch_memcpy import BatchCopyCase
-from mambafuzz.contracts.cases.postprocess import PostprocessCase
-from mambafuzz.contracts.cases.state_copy import StateCopyCase
+from mambafuzz.cases.batch_memcpy import BatchCopyCase
+from mambafuzz.cases.postprocess import PostprocessCase
+from mambafuzz.cases.state_copy import StateCopyCase
 from mambafuzz.search.fuzz import FuzzOptions, fuzz_target
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.search.reduce import candidates, reduce_case
@@ -20,7 +21,7 @@ from mambafuzz.oracle import PoolLayout
 
 ANY_PERTURB = st.one_of(st.none(), strategies.perturbs())
 CASES = st.builds(lambda case, p: case.with_perturb(p),
-                  st.one_of(*(strategies.for_contract(c) for c in ("batch_memcpy", "state_copy", "postprocess"))),
+                  st.one_of(*(contracts.strategy(c) for c in ("batch_memcpy", "state_copy", "postprocess"))),
                   ANY_PERTURB)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mambafuzz import contracts
-from mambafuzz.contracts.cases.ssm_update import SsmUpdateCase
+from mambafuzz.cases.ssm_update import SsmUpdateCase
 from mambafuzz.errors import CaseError
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle import OracleError

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from mambafuzz import contracts
-from mambafuzz.contracts.cases import as_tuples
-from mambafuzz.contracts.cases.state_scatter import StateScatterCase
+from mambafuzz.cases import as_tuples
+from mambafuzz.cases.state_scatter import StateScatterCase
 from mambafuzz.errors import CaseError
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.oracle import (IllPosedScatter, OracleError, SlotBuffer, StepStates, expect_state_scatter,

@@ -10,13 +10,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from mambafuzz import api
 from mambafuzz.contracts.base import host_array
-from mambafuzz.contracts.cases.delta_update import DeltaUpdateCase
+from mambafuzz.cases.delta_update import DeltaUpdateCase
 from mambafuzz.errors import Failure
 from mambafuzz.judge.engine import run_case
 from mambafuzz.judge.materialize import materialize
 from mambafuzz.kernels import registry
 from mambafuzz.oracle.ssm_update import expect_ssm_update
-from mambafuzz.strategies import for_contract
+from mambafuzz import contracts
 
 # the arguments a correct step writes; every other argument of the contract is an input it must not change
 WRITTEN = {"conv_update": {"conv_state", "out"}, "ssm_update": {"state", "out"},
@@ -40,7 +40,7 @@ def first(contract: str, wanted):
     """The first of the contract's seeded draws that is `wanted` (no shrinking: a full case stays full)."""
     @settings(database=None, max_examples=1000, derandomize=True, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(for_contract(contract))
+    @given(contracts.strategy(contract))
     def look(case):
         if wanted(case):
             raise _Found(case)

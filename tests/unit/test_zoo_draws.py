@@ -27,7 +27,7 @@ def drawn(contract: str, profile: str = "gpu-amp", draws: int = DRAWS, options: 
     Hypothesis runs of ``fuzz.CHUNK`` examples, each its own seed (a run's first examples are its simplest,
     so one long run draws another mix).  Kept: the tests of one contract share them."""
     cases = []
-    strategy = strategies.for_contract(contract, profile=strategies.PROFILES[profile], **dict(options))
+    strategy = contracts.strategy(contract, profile=strategies.PROFILES[profile], **dict(options))
     for chunk in range(-(-draws // CHUNK)):
         @seed(chunk)
         @settings(max_examples=CHUNK, database=None, deadline=None, phases=[Phase.generate],

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import check_int, check_int_list
-from mambafuzz.contracts.cases.pools import PoolCase
+from mambafuzz.cases import check_int, check_int_list
+from mambafuzz.cases.pools import PoolCase
 
 REQUEST_FIELDS = ("num_computed", "num_scheduled", "num_draft", "num_accepted", "state_idx")
 

@@ -4,9 +4,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import INT32, check_int_list, show
-from mambafuzz.contracts.cases.pools import PoolCase
-from mambafuzz.errors import CaseError
+from mambafuzz.cases import INT32, check_int_list, show
+from mambafuzz.cases.pools import PoolCase
+from mambafuzz.errors import CaseError, UsageError
+
+# The options a state_copy strategy takes (the contract's CLI options and strategies.state_copies).
+LAYOUTS = ("both", "sd", "ds")
+_YES, _NO = ("yes", "on", "true", "1"), ("no", "off", "false", "0")
+
+
+class TileChoices(tuple):
+    """``--tiles`` accepts 'drawn' or any positive count; argparse shows the choices as {drawn,N}."""
+
+    def __contains__(self, value) -> bool:
+        return value == "drawn" or (isinstance(value, (str, int)) and str(value).isdigit() and int(value) >= 1)
+
+
+def parse_options(layout="both", tiles="drawn", skip_equal_cols=False) -> tuple[str, int | None, bool]:
+    """(layout, fixed tile count or None for drawn, skip) from API or CLI values; UsageError in one line."""
+    if layout not in LAYOUTS:
+        raise UsageError(f"state_copy option layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    fixed = None
+    if tiles not in (None, "drawn"):
+        if isinstance(tiles, bool) or tiles not in TileChoices():
+            raise UsageError(f"state_copy option tiles must be 'drawn' or a positive tile count, got {tiles!r}")
+        fixed = int(tiles)
+    if isinstance(skip_equal_cols, str):
+        word = skip_equal_cols.lower()
+        if word not in _YES + _NO:
+            raise UsageError(f"state_copy option skip_equal_cols must be yes or no, got {skip_equal_cols!r}")
+        skip_equal_cols = word in _YES
+    elif not isinstance(skip_equal_cols, bool):
+        raise UsageError(f"state_copy option skip_equal_cols must be True or False, got {skip_equal_cols!r}")
+    return layout, fixed, skip_equal_cols
+
 
 @dataclass(frozen=True)
 class StateCopyCase(PoolCase):

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import CaseBase, as_tuples, check_int, check_int_list, show
+from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, show
 from mambafuzz.errors import CaseError
 from mambafuzz.oracle import SlotBuffer
 

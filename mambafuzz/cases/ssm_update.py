@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (FLOAT_DTYPES, TOKENS, UPDATE_PADS, boolean, check_int, index_table,
+from mambafuzz.cases import (FLOAT_DTYPES, TOKENS, UPDATE_PADS, boolean, check_int, index_table,
                                        one_of)
-from mambafuzz.contracts.cases.updates import UpdateCase
+from mambafuzz.cases.updates import UpdateCase
 
 DTYPES = FLOAT_DTYPES
 PADS = UPDATE_PADS

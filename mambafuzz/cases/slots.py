@@ -6,11 +6,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import CaseBase, as_tuples, check_int, check_int_list, check_objects, show
-from mambafuzz.errors import CaseError
+from mambafuzz.cases import CaseBase, as_tuples, check_int, check_int_list, check_objects, show
+from mambafuzz.errors import CaseError, UsageError
 from mambafuzz.oracle import SlotBuffer
 
 INDEX_DTYPES = ("int32", "int64")
+CHAIN_CHOICES = ("allowed", "forbidden")  # the slot strategies' `chains` option
+
+
+def check_chains(contract: str, chains) -> str:
+    """`chains` if it is one of CHAIN_CHOICES; UsageError in one line otherwise."""
+    if chains not in CHAIN_CHOICES:
+        raise UsageError(f"{contract} option chains must be one of {', '.join(CHAIN_CHOICES)}, got {chains!r}")
+    return chains
 
 _BUFFER_FIELDS = tuple(f.name for f in dataclasses.fields(SlotBuffer))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int,
+from mambafuzz.cases import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int,
                                        check_int_list, index_table, one_of, optional_int_list)
 
 

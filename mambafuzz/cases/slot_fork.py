@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import check_nested
-from mambafuzz.contracts.cases.slots import SlotCase
+from mambafuzz.cases import check_nested
+from mambafuzz.cases.slots import SlotCase
 from mambafuzz.errors import CaseError
 
 def _check_children(value) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.contracts.cases import CaseBase, check_int, show
+from mambafuzz.cases import CaseBase, check_int, show
 from mambafuzz.errors import CaseError
 
 def _check_copies(value) -> None:
