@@ -1,4 +1,3 @@
-from mambafuzz import contracts
 """GPU tests: compiled kernels on CUDA (run with MAMBAFUZZ_DEVICE=cuda pytest -m gpu).
 
 Correct kernels must equal the oracle in every one of many repetitions over
@@ -61,7 +60,7 @@ def test_the_device_comparison_agrees_with_the_host_on_the_gpu(contract):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from mambafuzz import strategies
+    from mambafuzz import contracts, strategies
     from mambafuzz.contracts.base import host_array
     from mambafuzz.judge.materialize import materialize
     from mambafuzz.kernels import registry

@@ -15,8 +15,10 @@ from mambafuzz.judge.materialize import materialize
 from mambafuzz.kernels import registry
 from mambafuzz import contracts
 
-CONTRACTS = ["ssm_update", "delta_update", "conv_update", "state_scatter", "state_copy", "conv_prefill", "ssm_prefill",
-             "delta_prefill"]
+# Every contract with a torch path (the correct kernel these tests run), from the registries: a new
+# contract is in without an edit here.
+CONTRACTS = [c for c in contracts.names() if any(t.name == f"torch.{c}" for t in registry.all_targets())]
+WITH_OUT = [c for c in CONTRACTS if "out" in contracts.get(c).positional]  # an `out` argument the kernel writes
 
 
 def _wrong(t: torch.Tensor, i: int) -> None:
@@ -95,7 +97,7 @@ def test_after_the_first_failing_repetition_only_whether_later_ones_fail_is_aske
     assert m.differs() and calls
 
 
-@pytest.mark.parametrize("contract", ["ssm_update", "delta_update", "conv_update", "delta_prefill"])
+@pytest.mark.parametrize("contract", WITH_OUT)
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_an_output_left_nan_differs_on_the_device_as_on_the_host(contract, data):
