@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU work, every step's exact command logged with the commit it ran at.
 # Usage (on the GPU box, repo root): OUT=/some/dir MF_COMMIT=<sha> bash bench/gpu_session.sh STEP...
-# Steps (TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo defaultk (the default --workers-per-gpu: engine-style and update kernels) mpsmix (K=8 under MPS: a faulting zoo row beside correct kernels) updcompare (update contracts judged on the device vs the host) updbench (256-row update batches: the oracle on the device vs the host) fleetzoo (a --fleet campaign over the amplified zoo: FLEET_WORKERS processes standing in for boxes, FLEET_TIME each; needs redis-server and the redis package) rowseeds (ROWS fuzzed under SEEDS, ROW_TIME each, no database: how soon a row is found from a fresh start) conformance (each corpus kernel compiled and interpreted on the same inputs) cpzoo (the conv_prefill rows amplified, then its correct kernels fuzzed, also narrowed as vLLM's) useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
+# Steps (pfjudge pfzoo pffuzz pfwait: issue 43's prefill judge benches, amplified SP-/DP- rows, clean fuzzes in the background; TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo defaultk (the default --workers-per-gpu: engine-style and update kernels) mpsmix (K=8 under MPS: a faulting zoo row beside correct kernels) updcompare (update contracts judged on the device vs the host) updbench (256-row update batches: the oracle on the device vs the host) fleetzoo (a --fleet campaign over the amplified zoo: FLEET_WORKERS processes standing in for boxes, FLEET_TIME each; needs redis-server and the redis package) rowseeds (ROWS fuzzed under SEEDS, ROW_TIME each, no database: how soon a row is found from a fresh start) conformance (each corpus kernel compiled and interpreted on the same inputs) cpzoo (the conv_prefill rows amplified, then its correct kernels fuzzed, also narrowed as vLLM's) useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
 # end, into one archive $OUT/gpu_results.tgz (the device tool brings few files back).
 set -u
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -76,6 +76,26 @@ for step in "$@"; do
             $MF fuzz --device cuda --profile gpu-amp --reps 50 --time ${CLEAN_TIME:-60} --json --database none --target triton.conv_prefill --max-width 4 --conv-layout dim --block-multiple 8 \
               --crashes-dir $W/cpclean-vllm-crashes > $W/cpclean_vllm.json 2> $W/cpclean_vllm.err; echo clean-vllm exit \$?;
             python3 -c \"import json; [print(t['target'], t['status'], t['examples'], t.get('rejected')) for f in ('$W/cpclean.json', '$W/cpclean_vllm.json') for t in json.load(open(f))['targets']]\"" ;;
+    pfjudge) run pfjudge 300 "python3 bench/ssm_prefill_judge_bench.py --device cuda --out $W/ssm_prefill_judge.json > $W/ssm_prefill_judge.log 2>&1; tail -14 $W/ssm_prefill_judge.log;
+            python3 bench/delta_prefill_judge_bench.py --device cuda --out $W/delta_prefill_judge.json > $W/delta_prefill_judge.log 2>&1; tail -14 $W/delta_prefill_judge.log;
+            timeout 90 python3 bench/ssm_prefill_tolerance.py --device cuda --out $W/ssm_prefill_tolerance.md > $W/ssm_prefill_tolerance.log 2>&1; echo tolerance exit \$?; tail -20 $W/ssm_prefill_tolerance.md;
+            timeout 90 python3 bench/delta_prefill_bound.py --device cuda --out $W/delta_prefill_bound.json > $W/delta_prefill_bound.log 2>&1; echo bound exit \$?; tail -20 $W/delta_prefill_bound.log" ;;
+    pfzoo) run pfzoo $(( ${ZOO_TIME:-150} + 120 )) "TRITON_CACHE_DIR=\$(mktemp -d) $MF zoo --device cuda --profile gpu-amp --reps 50 --time ${ZOO_TIME:-150} --seed 1 --database none --json \
+              --target 'zoo.SP-*' --target 'zoo.DP-*' --crashes-dir $W/pfzoo-crashes > $W/pfzoo.json 2> $W/pfzoo.err; echo pfzoo exit \$?;
+            python3 -c \"import json; d=json.load(open('$W/pfzoo.json')); print(sum(t['caught'] for t in d['targets']), 'of', len(d['targets']), 'caught');
+[print(t['target'], t['caught'], t['status'], t['examples'], (t.get('finding') or {}).get('seconds_to_first'), (t.get('finding') or {}).get('case_summary')) for t in d['targets']]\"" ;;
+    pffuzz) # the prefill reference kernels fuzzed clean, PF_TIME each, in the background beside the next steps; the
+            # example database under $W/pfdb (PF_DB: a folder carried from an earlier call to go on from)
+            mkdir -p "$W/pfdb"; [ -n "${PF_DB:-}" ] && cp -r "$PF_DB"/. "$W/pfdb/"
+            for c in ssm_prefill delta_prefill; do
+              echo "=== pffuzz-$c $(date -u +%FT%TZ) commit $COMMIT: $MF fuzz --device cuda --profile gpu-amp --reps 50 --time ${PF_TIME:-300} --target triton.$c --target torch.$c --database $W/pfdb/$c --json" | tee -a "$W/commands.txt"
+              ( timeout $(( ${PF_TIME:-300} + 60 )) $MF fuzz --device cuda --profile gpu-amp --reps 50 --time ${PF_TIME:-300} --target triton.$c --target torch.$c \
+                  --database "$W/pfdb/$c" --json --crashes-dir "$W/pffuzz-$c-crashes" > "$W/pffuzz_$c.json" 2> "$W/pffuzz_$c.err";
+                echo "--- pffuzz-$c exit $? at $(date -u +%FT%TZ)" >> "$W/commands.txt" ) &
+            done ;;
+    pfwait) wait; run pfwait 60 "python3 -c \"import json
+for c in ('ssm_prefill', 'delta_prefill'):
+    d = json.load(open('$W/pffuzz_' + c + '.json')); [print(t['target'], t['status'], t['examples'], round(t['seconds'], 1)) for t in d['targets']]\"; grep pffuzz $W/commands.txt" ;;
     *) echo "unknown step $step" ;;
   esac
 done
