@@ -27,7 +27,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, output_fin
     q, k, v, g, beta = (t[0] for t in (q, k, v, g, beta))
     heads, value_heads = q.shape[1], v.shape[1]
     group = value_heads // heads
-    o = torch.zeros(v.shape, dtype=v.dtype)
+    o = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
     finals = initial_state.clone()
     for n in range(len(cu_seqlens) - 1):
         lo, hi = int(cu_seqlens[n]), int(cu_seqlens[n + 1])
@@ -45,7 +45,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, output_fin
             bc = beta[start:end].float().transpose(0, 1)[..., None]                   # [HV, C, 1]
             decay = torch.exp(gc[:, :, None] - gc[:, None, :]).tril()               # [HV, C, C]
             a = (bc * kc @ kc.transpose(1, 2) * decay).tril(-1)
-            eye = torch.eye(end - start).expand_as(a)
+            eye = torch.eye(end - start, device=a.device).expand_as(a)
             u = torch.linalg.solve_triangular(eye + a, bc * vc, upper=False, unitriangular=True)
             w = torch.linalg.solve_triangular(eye + a, bc * kc * torch.exp(gc)[..., None], upper=False,
                                               unitriangular=True)

@@ -25,8 +25,9 @@ absolute value, as decayed to this token: what a reordered sum can lose against)
 
     E = E exp(a) + eps_dot |u| + K eps32 (1 + W |a|) M
 
-``eps_dot |u|``: the token's weighted term rounded to the dot's input precision (2^-10 for float32 and
-float16 inputs, TF32's and fp16's ulp, 2^-7 for bfloat16); ``K eps32 M``: each token charged the rounding
+``eps_dot |u|``: the token's weighted term rounded to the dot's input precision (3 x 2^-10 for float32
+inputs: a TF32 MMA reads both fp32 operands with their low 13 bits dropped, up to 2^-10 each, and one
+half more for margin, as measured on an H100; 2^-10 for float16, 2^-7 for bfloat16); ``K eps32 M``: each token charged the rounding
 of a sum over a chunk whose end it may be (K = 8: the exp, the products, a tree or MMA sum of up to 256
 terms); ``K eps32 W |a| M``: the cumulative sum's error, ``W`` (256, the longest chunk covered) ulps of the
 decay summed so far, which every weight's exp carries.  A stored state adds its rounding to the state
@@ -50,7 +51,7 @@ __all__ = ["SsmPrefill", "expect_ssm_prefill", "plan_ssm_prefill", "boundary_off
            "CHUNK_COVERED", "EPS_DOT", "K"]
 
 EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}  # a stored state's: one ulp
-EPS_DOT = {"float32": 2.0 ** -10, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}  # a weighted term's: TF32, fp16, bf16
+EPS_DOT = {"float32": 3 * 2.0 ** -10, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}  # a weighted term's: TF32 (both operands truncated), fp16, bf16
 EPS32 = 2.0 ** -24
 K = 8.0
 CHUNK_COVERED = 256  # the longest chunk the bound covers (vLLM's Mamba2 models: 256)
