@@ -93,6 +93,7 @@ for step in "$@"; do
                   --database "$W/pfdb/$c" --json --crashes-dir "$W/pffuzz-$c-crashes" > "$W/pffuzz_$c.json" 2> "$W/pffuzz_$c.err";
                 echo "--- pffuzz-$c exit $? at $(date -u +%FT%TZ)" >> "$W/commands.txt" ) &
             done ;;
+    pfbound) run pfbound 120 "timeout 100 python3 bench/delta_prefill_bound.py --device cuda --out $W/delta_prefill_bound.json > $W/delta_prefill_bound.log 2>&1; echo bound exit \$?; tail -24 $W/delta_prefill_bound.log" ;;
     pfwait) wait; run pfwait 60 "python3 -c \"import json
 for c in ('ssm_prefill', 'delta_prefill'):
     d = json.load(open('$W/pffuzz_' + c + '.json')); [print(t['target'], t['status'], t['examples'], round(t['seconds'], 1)) for t in d['targets']]\"; grep pffuzz $W/commands.txt" ;;
