@@ -327,7 +327,8 @@ def footprint(arena_size: int, positions: np.ndarray | None) -> int:
 
 def over_budget(limit: int) -> str:
     """The rejection's reason: one per worker budget (not per case), so the report counts them together."""
-    return f"over this worker's memory budget ({limit / (1 << 30):.2f} GiB)"
+    size = f"{limit / (1 << 30):.1f} GiB" if limit >= 1 << 30 else f"{limit / (1 << 20):.0f} MiB"
+    return f"over this worker's memory budget ({size})"
 
 
 def materialize(case: Case, device: str) -> Materialized:

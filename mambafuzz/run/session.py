@@ -296,6 +296,9 @@ class Session:
         self._pending: list[tuple] = []    # (when, slot, gpu, rows): restarts waiting out a back-off
         self._orphans: list[dict] = []     # rows of a slot given up that no running worker had room for
         self._unrun: dict[str, str] = {}   # target -> why it may never run (said if it does not)
+        self._given_up: set[int] = set()   # worker slots that start no more workers
+        self._slot_gpus: dict[int, int | None] = {}  # worker slot -> its GPU
+        self._ctx = None
         self._ran: dict[int, set[str]] = {}  # worker slot -> the targets it has had a turn of
         if self.state_path and self.state_path.exists() and not sopts.fresh:
             self._load_state()
@@ -439,6 +442,7 @@ class Session:
             hands = deal(todo, len(slots), rooms)
         else:
             hands = [todo] * len(slots)
+        self._slot_gpus, self._ctx = dict(enumerate(slots)), ctx
         live: list[_Live] = [self._start(i, gpu, hands[i], ctx) for i, gpu in enumerate(slots) if hands[i]]
         interrupted = False
         try:
@@ -628,7 +632,7 @@ class Session:
                 return
             self._pending.append((time.monotonic() + delay, index, w.spec.gpu, remaining))
             return
-        if between and code != WORKER_CONTEXT_LOST:
+        if between and code not in (WORKER_DONE, WORKER_CONTEXT_LOST):
             count = self._deaths[index] = self._deaths.get(index, 0) + 1
             for name in {w.current_target} - {None}:
                 self._unrun[name] = (f"not finished: its worker died between cases (exit code {code}) and no "
@@ -665,6 +669,7 @@ class Session:
     def _give_up(self, index: int, rows: list[dict], why: str, live: list[_Live]) -> None:
         """Slot `index` starts no more workers: its rows go to the workers still running (``_redeal``); a row
         none takes says `why` at the end."""
+        self._given_up.add(index)
         held = [t for x in live for t in x.remaining] + [t for item in self._pending for t in item[3]]
         rows = [t for t in rows if t not in held]  # every worker runs every target (not dealt): others have it
         for t in rows:
@@ -677,7 +682,10 @@ class Session:
         the rows are theirs from now on (restarted with them if they die).  Rows none can take stay orphans."""
         rows = [t for t in self._orphans if t["spec"] not in self.done]
         takers = [x for x in live if not x.finished and x.process.is_alive()]
-        if not rows or not takers:
+        if rows and not takers:
+            self._idle_take(live)
+            return
+        if not rows:
             return
         loads = [sum(cost(t) for t in x.remaining) for x in takers]
         hands = redeal(rows, loads, [self._room(x.spec.index) for x in takers])
@@ -692,6 +700,22 @@ class Session:
             for t in hand:
                 self._orphans.remove(t)
                 self._unrun.pop(t.get("name", t["spec"]), None)
+
+    def _idle_take(self, live: list[_Live]) -> None:
+        """No worker running to take the orphaned rows: start one on a slot that is idle (its worker ran its
+        rows and ended; not waiting to restart, not given up) with those it has room for."""
+        busy = {x.spec.index for x in live} | {item[1] for item in self._pending} | self._given_up
+        for index, gpu in self._slot_gpus.items():
+            rows = [t for t in self._orphans if t["spec"] not in self.done and t in self._orphans]
+            if index in busy or self.deadline.over() or self._ctx is None or not rows:
+                continue
+            mine = redeal(rows, [0.0], [self._room(index)])[0]
+            if mine:
+                for t in mine:
+                    self._orphans.remove(t)
+                    self._unrun.pop(t.get("name", t["spec"]), None)
+                self.restarts += 1
+                live.append(self._start(index, gpu, mine, self._ctx))
 
     def _helps(self, w: _Live) -> bool:
         """Whether worker `w`, done with its dealt targets, is started again to help (``run.deal``)."""
