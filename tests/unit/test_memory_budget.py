@@ -90,3 +90,15 @@ def test_injected_failures_name_a_slot_and_a_count(monkeypatch):
     assert inject.no_device(3, 9) and not inject.no_device(0, 0)
     monkeypatch.delenv(inject.ENV)
     assert not inject.no_device(1, 0)
+
+
+def test_the_gpu_zoos_default_workers_come_from_the_gpus_memory_within_the_cores(monkeypatch):
+    from mambafuzz.cli import commands
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(gpu, "query", lambda index=0: gpu.GpuInfo(81559 << 20, 90))
+    assert commands._zoo_per_gpu(zoo.PAST_2GIB, 1) == 4
+    monkeypatch.setattr(gpu, "query", lambda index=0: None)
+    assert commands._zoo_per_gpu(zoo.PAST_2GIB, 1) == 1  # memory unknown: one worker, as before
+    monkeypatch.setattr(gpu, "query", lambda index=0: gpu.GpuInfo(143771 << 20, 90))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert commands._zoo_per_gpu(zoo.PAST_2GIB, 1) == 2  # 4 cores: 2 workers
