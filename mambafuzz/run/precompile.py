@@ -109,18 +109,14 @@ def _quiet() -> None:
 
 
 HIDDEN = {"CUDA_VISIBLE_DEVICES": "", "CUDA_MPS_PIPE_DIRECTORY": None, "CUDA_MPS_LOG_DIRECTORY": None}
-# what a helper's environment says (control.mps's names; set before the spawn, so before torch loads): no GPU
+# what a helper's environment says (control.mps's names): no GPU; set by ``Precompiler.start`` around the spawn,
+# so that it holds from the helper's first import on
 
 
 def _helper_main(job: dict, tasks, done) -> None:
     """A helper process: take tasks until the queue's end marker, report each one's outcome."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the run stops us
     _quiet()
-    for key, value in HIDDEN.items():  # as the parent started it; again, should a caller not have
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
     module, _, name = job["work"].partition(":")
     work = getattr(importlib.import_module(module), name)
     state: dict = {}

@@ -101,3 +101,17 @@ def test_a_row_no_budget_holds_is_not_run_and_says_so(tmp_path):
     (rep,) = session.run()  # no worker is started: nothing to deal
     assert rep.status == "inconclusive" and "9.0 GiB of GPU memory" in rep.why and "fewer --workers-per-gpu" in rep.why
     assert session._spawns == {}
+
+
+def test_orphaned_rows_with_no_worker_running_start_an_idle_slot_with_room(tmp_path, monkeypatch):
+    """Slot 1 given up, slot 0 ended (its rows done): slot 0 starts again with the rows it has room for."""
+    rows = {"zoo.ADDR-I32": ("state_copy", 1.0), "zoo.TAIL-DROP": ("batch_memcpy", 2.0)}
+    session = _session(tmp_path, rows=rows, budgets=[1 << 20, None], memory={"zoo.ADDR-I32": 9 << 30})
+    started = []
+    monkeypatch.setattr(session, "_start", lambda index, gpu, todo, ctx: started.append((index, todo)) or "live")
+    session._slot_gpus, session._ctx, session._given_up = {0: None, 1: None}, "ctx", {1}
+    session._orphans = list(session.targets)
+    live = []
+    session._redeal(live)
+    assert started == [(0, [session.targets[1]])] and live == ["live"]  # TAIL-DROP; ADDR-I32 needs 9 GiB
+    assert session._orphans == [session.targets[0]]

@@ -47,6 +47,15 @@ def test_a_case_past_the_budget_is_declined_before_it_is_allocated(monkeypatch):
     with pytest.raises(OverBudget) as info:
         materialize(case, "cpu")
     assert isinstance(info.value, Rejected) and info.value.reason == "over this worker's memory budget (0 MiB)"
+    from mambafuzz import contracts
+    contract = contracts.of(case)
+    monkeypatch.setattr(type(contract), "image", lambda self, c: (_ for _ in ()).throw(AssertionError("imaged")))
+    with pytest.raises(OverBudget):  # the arena alone is past it: declined before the image is made
+        materialize(case, "cpu")
+    monkeypatch.undo()
+    monkeypatch.setenv(mps.BUDGET_ENV, str(2 * case.arena_size))  # the arena fits; with snapshot and expectation not
+    with pytest.raises(OverBudget):
+        materialize(case, "cpu")
     monkeypatch.setenv(mps.BUDGET_ENV, str(64 << 20))
     assert materialize(case, "cpu").arena.numel() == case.arena_size  # within it: as before
     monkeypatch.delenv(mps.BUDGET_ENV)

@@ -52,8 +52,12 @@ def test_a_gpu_runs_helper_builds_on_the_host_without_touching_torch_cuda(tmp_pa
 
 
 def env_probe(task, job, state):
-    """A helper's work for the test below: what its environment says about the GPU, as its 'error'."""
-    return repr((os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_MPS_PIPE_DIRECTORY")))
+    """A helper's work for the test below: what its environment says about the GPU, as its 'error': as the
+    helper has it now, and as it was started (``/proc/self/environ``: before any import in it)."""
+    with open("/proc/self/environ", "rb") as f:
+        started = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+    return repr((os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
+                 started.get(b"CUDA_VISIBLE_DEVICES"), started.get(b"CUDA_MPS_PIPE_DIRECTORY")))
 
 
 def test_helpers_start_with_every_gpu_hidden_and_no_mps_pipe(monkeypatch):
@@ -62,7 +66,7 @@ def test_helpers_start_with_every_gpu_hidden_and_no_mps_pipe(monkeypatch):
     tasks = [precompile.Task({"spec": "a", "contract": "batch_memcpy"}, None)]
     pre = precompile.Precompiler.start(tasks, {"work": f"{__name__}:env_probe"}, 1)
     pre.stop(grace=120)
-    assert [f[2] for f in pre.finished] == [repr(("", None))]
+    assert [f[2] for f in pre.finished] == [repr(("", None, b"", None))]
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"  # the parent's own, put back
 
 
