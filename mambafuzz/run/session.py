@@ -681,11 +681,11 @@ class Session:
         """Hand the orphaned rows to running workers with room for them, least loaded first (``deal.redeal``);
         the rows are theirs from now on (restarted with them if they die).  Rows none can take stay orphans."""
         rows = [t for t in self._orphans if t["spec"] not in self.done]
-        takers = [x for x in live if not x.finished and x.process.is_alive()]
-        if rows and not takers:
-            self._idle_take(live)
-            return
         if not rows:
+            return
+        takers = [x for x in live if not x.finished and x.process.is_alive()]
+        if not takers:
+            self._idle_take(live)
             return
         loads = [sum(cost(t) for t in x.remaining) for x in takers]
         hands = redeal(rows, loads, [self._room(x.spec.index) for x in takers])
