@@ -3,12 +3,18 @@
 # GPU smoke. Each step's exact command is logged with the commit it ran at; results go straight under $OUT
 # (small JSON and markdown files, which the device tool brings back) and into $OUT/zoo_runs.tgz.
 #
-# Three device calls, each under 10 minutes (about 23 minutes of device time in all):
-#   OUT=$OUT bash bench/gpu_zoo_runs.sh info ttf            # ~6 min: 39 rows x 5 seeds, 8 workers under MPS
-#   OUT=$OUT bash bench/gpu_zoo_runs.sh zoo1 zoo2 zoo3      # ~9.5 min: three 150 s zoo runs, seeds 1-3
-#   OUT=$OUT bash bench/gpu_zoo_runs.sh zoo4 zoo5 smoke     # ~8 min: seeds 4-5, then smoke --device cuda
+# Issue 44's five runs (the rows dealt to K workers a GPU, K from its memory). Five runs of --time 150 are 12.5
+# minutes of fuzzing, past one device call's 10: start them in the background in one call and collect in later
+# ones on the same warm machine (bg runs the steps detached, writing to $BG, /tmp/mf-zoo-bg; collect copies $BG
+# to $OUT and says which steps have ended):
+#   OUT=$OUT bash bench/gpu_zoo_runs.sh bg info zoo1 zoo2 zoo3 zoo4 zoo5 ttfsum    # returns at once
+#   OUT=$OUT bash bench/gpu_zoo_runs.sh collect                                    # any time; again after ~15 min
+# or in two calls in the foreground: `info zoo1 zoo2 zoo3`, then `zoo4 zoo5 ttfsum` (each under 10 minutes).
+# ttfsum writes $OUT/zoo_ttf_runs.json from every zoo run's JSON under $OUT: per run the rows caught, the median
+# and worst time to first failure over the rows caught, the rows not caught and why; the five runs' median of
+# medians and worst of worsts. Other steps: ttf (every row's time to first failure, 5 seeds: ~6 min), smoke.
 # Knobs: TTF_SEEDS (1 2 3 4 5), TTF_CAP (20 s a job), TTF_TIME (300: no job starts later), TTF_WORKERS (8),
-# ZOO_TIME (150), ZOO_K (auto: the zoo's default workers per GPU; 1 for the old one-worker zoo).
+# ZOO_TIME (150), ZOO_K (auto: the zoo's default workers per GPU, from its memory; 1 for the one-worker zoo).
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 OUT=${OUT:-/tmp/mambafuzz-gpu}; mkdir -p "$OUT"
@@ -48,6 +54,17 @@ zoo_run() {  # zoo_run SEED
   summary "$OUT/zoo_gpu_amp${t}_seed$s.json" | tee "$OUT/zoo_gpu_amp${t}_seed$s.txt"
 }
 
+BG=${BG:-/tmp/mf-zoo-bg}
+if [ "${1:-}" = bg ]; then  # the steps after it, detached: they outlive this call on a warm machine
+  shift; mkdir -p "$BG"
+  OUT="$BG" setsid nohup bash "$0" "$@" > "$BG/bg.log" 2>&1 < /dev/null &
+  echo "started in the background (pid $!): $*; OUT=$OUT bash $0 collect copies $BG here"; exit 0
+fi
+if [ "${1:-}" = collect ]; then
+  cp -r "$BG"/. "$OUT"/ 2>/dev/null; grep -h "^=== \|^--- " "$BG/commands.txt" 2>/dev/null
+  tail -3 "$BG/bg.log" 2>/dev/null; ls -la "$OUT"; exit 0
+fi
+
 for step in "$@"; do
   case $step in
     info) run info 60 "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/info.txt;
@@ -58,6 +75,8 @@ for step in "$@"; do
           --out $OUT/zoo_ttf_h200.md --json $OUT/zoo_ttf_h200.json --log $OUT/zoo_ttf_h200.log > $OUT/zoo_ttf_h200.out 2>&1;
           echo ttf exit \$?; cat $OUT/zoo_ttf_h200.md" ;;
     zoo[0-9]*) zoo_run "${step#zoo}" ;;
+    ttfsum) python3 bench/zoo_runs_summary.py "$OUT" --commit "$COMMIT" --time "${ZOO_TIME:-150}" \
+          --json "$OUT/zoo_ttf_runs.json" | tee "$OUT/zoo_ttf_runs.txt" ;;
     smoke) run smoke 240 "TRITON_CACHE_DIR=\$(mktemp -d) $MF smoke --device cuda --database none --json \
           --crashes-dir /tmp/smoke-crashes > $OUT/smoke_cuda.json 2> $OUT/smoke_cuda.err; echo smoke exit \$?;
           python3 -c \"import json; d=json.load(open('$OUT/smoke_cuda.json')); print('exit', d['exit_code']);

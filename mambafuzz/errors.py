@@ -87,6 +87,19 @@ class Rejected(MambafuzzError):
         super().__init__(f"the target rejected the case: {self.reason}")
 
 
+class OverBudget(Rejected):
+    """The case needs more memory than this worker may allocate (its share of a GPU several workers
+    share, ``control.mps``): declined before anything is allocated, counted as a rejection by this reason,
+    never a finding and never a checked example."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.args = (f"the case does not fit this worker's memory: {self.reason}",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 def rejection(exc: BaseException | None) -> Rejected | None:
     """The ``Rejected`` that `exc` is or was raised from (Triton's interpreter re-raises what a kernel
     raised as ``InterpreterError(...) from e``), or None."""

@@ -13,9 +13,10 @@ from mambafuzz.cli.output import (View, description_lines, emit, err, option_lin
 from mambafuzz.cli.parser import DEFAULT_DATABASE
 from mambafuzz.control import device as device_mod
 from mambafuzz.control import exits
+from mambafuzz.control import gpu
 from mambafuzz.control import interrupt
 from mambafuzz.control.clock import Deadline
-from mambafuzz.control.mps import default_workers_per_gpu
+from mambafuzz.control.mps import default_workers_per_gpu, zoo_workers_per_gpu
 from mambafuzz.errors import UsageError
 from mambafuzz.judge.signature import check as check_signature
 
@@ -85,7 +86,9 @@ def _gpu_list(spec: str | None, device: str) -> list[int] | None:
 
 
 def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str, isolate: bool,
-                 auto_per_gpu: bool = True, turns=None, costs=None):
+                 auto_per_gpu=True, turns=None, costs=None, needs=None):
+    """`auto_per_gpu`: True, the default workers a GPU (``--workers-per-gpu auto``); a function of the GPUs'
+    count, the zoo's own; False, one."""
     """Run the targets under a view; Ctrl-C / SIGTERM stop cleanly, keeping what was found."""
     from mambafuzz.run import runner  # deferred: the runner imports the fuzz loop (Hypothesis, numpy): only for a run
 
@@ -98,6 +101,8 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
     if device == "cuda" and (isolate or args.gpus):
         if args.workers_per_gpu != "auto":
             per_gpu = args.workers_per_gpu
+        elif callable(auto_per_gpu):
+            per_gpu = auto_per_gpu(len(gpus) if gpus else 1)
         elif auto_per_gpu:
             per_gpu = default_workers_per_gpu(len(gpus) if gpus else 1)
     helpers = args.precompile
@@ -110,7 +115,7 @@ def _run_targets(targets, opts, *, json_out: bool, title: str, args, device: str
                 mps=args.mps,
                 hang_timeout=args.hang_timeout, fresh=args.fresh, on_update=view.update,
                 on_resume=lambda line: err.print(line, highlight=False, markup=False),
-                precompile_processes=helpers, turns=turns, costs=costs)
+                precompile_processes=helpers, turns=turns, costs=costs, needs=needs)
         return runner.run_in_process(targets, opts, deadline=deadline, on_update=view.update,
                                      precompile_processes=helpers, turns=turns)
 
@@ -198,6 +203,13 @@ def _zoo_caught(report, kinds: tuple[str, ...] | None) -> bool:
     return f is not None and (kinds is None or f.verdict.kind in kinds)
 
 
+def _zoo_per_gpu(need: int, gpus: int) -> int:
+    """The zoo's workers a GPU by default: what the GPU's memory allows for rows needing `need` bytes
+    (``control.mps.zoo_workers_per_gpu``, ``nvidia-smi``'s total), within the cores (``default_workers_per_gpu``)."""
+    info = gpu.query(0)
+    return zoo_workers_per_gpu(info.total_bytes if info else None, need, default_workers_per_gpu(gpus))
+
+
 def cmd_zoo(args) -> int:
     """Every zoo variant must be caught, by a kind its row declares: exit 1 if one escapes (ran clean,
     or its finding is of another kind), 3 if one could not be checked."""
@@ -209,13 +221,16 @@ def cmd_zoo(args) -> int:
     targets = resolve(args.target) if args.target else [t for t in registry.zoo_targets() if device in t.devices]
     opts = fuzz_options(args, device)
     title = f"mambafuzz zoo ({device}, {opts.mode})"
-    # the slowest rows first; on cuda in a worker process (a fault cannot take the run down), one a GPU
-    # unless --workers-per-gpu K asks for more: the rows are then dealt out to K workers by cost (on an
-    # H100 at 8 workers the rows' pools past 2 GiB overran the workers' memory shares: not the default)
+    # the slowest rows first; on cuda in worker processes (a fault cannot take the run down), dealt out by
+    # cost to K workers a GPU under MPS (run.deal): K from the GPU's memory, as many as leave every worker
+    # room for the rows whose bugs need pools past 2 GiB (control.mps.zoo_workers_per_gpu; 4 on 80-141 GiB),
+    # those rows dealt only to workers with room; --workers-per-gpu K overrides
     isolate = args.isolate if args.isolate is not None else device == "cuda"
+    needs = {t.name: registry.zoo_entry(t.zoo_id).memory for t in targets if t.zoo_id}
     reports = _run_targets(zoo.order(targets, device), opts, json_out=args.json, title=title, args=args,
-                           device=device, isolate=isolate, auto_per_gpu=False,
-                           costs={t.name: zoo.cost(t.zoo_id, device) for t in targets if t.zoo_id})
+                           device=device, isolate=isolate,
+                           auto_per_gpu=lambda n: _zoo_per_gpu(max(needs.values(), default=0), n),
+                           costs={t.name: zoo.cost(t.zoo_id, device) for t in targets if t.zoo_id}, needs=needs)
     reports.sort(key=lambda r: next((i for i, t in enumerate(targets) if t.name == r.target), len(targets)))
     by_name = {t.name: t for t in targets}
     rows, expected = [], {}

@@ -108,7 +108,8 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
     p.add_argument("--workers", type=_positive(int), default=1, help="CPU worker processes (with --isolate)")
     p.add_argument("--workers-per-gpu", type=_processes, default="auto", metavar="auto|K",
                    help="on cuda with --isolate, K workers fuzz each GPU at once, under a CUDA MPS daemon of "
-                        "the session's own (auto: for fuzz 1 core in 2 per GPU, at most 8; for zoo 1; 1: one "
+                        "the session's own (auto: for fuzz 1 core in 2 per GPU, at most 8; for zoo as many as leave each "
+                        "worker's memory share room for the rows needing pools past 2 GiB, at most 4; 1: one "
                         "worker); fuzz runs every target in every worker, zoo deals its rows out to the workers, "
                         "slowest first")
     p.add_argument("--mps", action=argparse.BooleanOptionalAction, default=True,

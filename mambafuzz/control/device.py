@@ -48,14 +48,16 @@ def _check_inherited(device: str) -> None:
                          f"(unset it; mambafuzz sets it from --device / MAMBAFUZZ_DEVICE)")
 
 
-def select(device: str) -> str:
-    """Resolve `device` ('cpu', 'cuda', 'auto') and set the process's Triton mode."""
+def select(device: str, probe: bool = True) -> str:
+    """Resolve `device` ('cpu', 'cuda', 'auto') and set the process's Triton mode.  `probe` False: compiled
+    for 'cuda' without asking torch for a GPU (a compile-ahead helper, which builds on the host and must
+    not initialise CUDA: ``run/precompile.py``)."""
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
     if device == "auto":
         device = "cuda" if _cuda_available() and _INHERITED != "1" else "cpu"
     _check_inherited(device)
-    if device == "cuda" and not _cuda_available():
+    if device == "cuda" and probe and not _cuda_available():
         raise UsageError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
     want_interpreted = device == "cpu"
     loaded = kernels_loaded_interpreted()

@@ -41,15 +41,72 @@ def memory_share(position: int, k: int) -> float:
     return FIRST_SHARE if position == 0 else (1.0 - FIRST_SHARE) / (k - 1)
 
 
-def bound_memory(share: float) -> None:
-    """Make torch's allocator refuse past `share` of the GPU (an out-of-memory then declines the case)."""
+def bound_memory(share: float, budget: int | None = None) -> int:
+    """Make torch's allocator refuse past `share` of the GPU (an out-of-memory then declines the case),
+    and the case builder refuse a case past `budget` bytes (None: what the share leaves, ``budget_of``).
+    The budget in bytes."""
     import torch  # deferred: torch takes seconds to import
 
     torch.cuda.set_per_process_memory_fraction(share)
     os.environ[SHARE_ENV] = f"{share:.4f}"
+    if budget is None:
+        budget = budget_of(share, torch.cuda.get_device_properties(0).total_memory)
+    set_budget(budget)
+    return budget
 
 
 SHARE_ENV = "MAMBAFUZZ_GPU_MEMORY_SHARE"
+# What one case may allocate in this process (bytes), set for a worker sharing its GPU (or by a test): the case
+# builder declines a case past it (judge.materialize) instead of running out of memory half-way through it.
+BUDGET_ENV = "MAMBAFUZZ_MEMORY_BUDGET"
+# Of a worker's share, what its cases may take: the rest is its CUDA context, Triton's modules, torch's cache.
+CASE_PART = 0.85
+# Workers a GPU for the zoo at most: each worker draws its cases and runs the oracles on its own core, and the
+# compile-ahead helpers want the cores left (at 8 the H100's 16 cores were the limit: bench/RESULTS.md).
+ZOO_MAX_PER_GPU = 4
+
+
+def budget_of(share: float, total_bytes: int) -> int:
+    """The bytes a worker with `share` of a GPU of `total_bytes` lets one case allocate."""
+    return int(share * total_bytes * CASE_PART)
+
+
+def budgets(k: int, total_bytes: int | None) -> list[int | None]:
+    """Each of `k` workers' case budget on a GPU of `total_bytes` (None each: memory not known, or one worker
+    alone, which is bounded by nothing but the GPU)."""
+    if total_bytes is None or k <= 1:
+        return [None] * max(1, k)
+    return [budget_of(memory_share(i, k), total_bytes) for i in range(k)]
+
+
+def zoo_workers_per_gpu(total_bytes: int | None, need: int, cores_cap: int = ZOO_MAX_PER_GPU) -> int:
+    """The zoo's workers a GPU: the most (up to `cores_cap` and ZOO_MAX_PER_GPU) whose every share still holds
+    the biggest case a row needs (`need` bytes), so that any worker can take any row (a worker that fails
+    to start hands its rows to any other); 1 when the GPU's memory is unknown."""
+    if total_bytes is None:
+        return 1
+    best = 1
+    for k in range(2, max(1, min(cores_cap, ZOO_MAX_PER_GPU)) + 1):
+        if min(b for b in budgets(k, total_bytes) if b is not None) >= need:
+            best = k
+    return best
+
+
+def set_budget(nbytes: int | None) -> None:
+    """This process's case budget (None: none, the default)."""
+    if nbytes is None:
+        os.environ.pop(BUDGET_ENV, None)
+    else:
+        os.environ[BUDGET_ENV] = str(int(nbytes))
+
+
+def budget() -> int | None:
+    """This process's case budget in bytes (None: none was set: nothing bounds a case but the machine)."""
+    value = os.environ.get(BUDGET_ENV)
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
 PIPE_ENV, LOG_ENV = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"  # an MPS client's daemon folders
 
 

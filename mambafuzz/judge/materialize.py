@@ -17,7 +17,8 @@ from mambafuzz.contracts.base import Output, host_array
 from mambafuzz.kernels.perturb import Perturb
 
 from mambafuzz.cases import Case
-from mambafuzz.errors import CaseError, InternalError, MambafuzzError
+from mambafuzz.control import mps
+from mambafuzz.errors import CaseError, InternalError, MambafuzzError, OverBudget
 from mambafuzz.instrument import perturbed_launches
 from mambafuzz.judge.signature import accepts, by_position
 
@@ -316,6 +317,20 @@ def _before(t: torch.Tensor) -> torch.Tensor:
     return t.clone()
 
 
+def footprint(arena_size: int, positions: np.ndarray | None) -> int:
+    """What materialising a case allocates on its device, about (bytes): the arena, its snapshot and the
+    expectation (three arenas when dense; a sparse image's live bytes and their int64 offsets otherwise)."""
+    if positions is None:
+        return 3 * arena_size
+    return arena_size + 11 * int(positions.size)
+
+
+def over_budget(limit: int) -> str:
+    """The rejection's reason: one per worker budget (not per case), so the report counts them together."""
+    size = f"{limit / (1 << 30):.1f} GiB" if limit >= 1 << 30 else f"{limit / (1 << 20):.0f} MiB"
+    return f"over this worker's memory budget ({size})"
+
+
 def materialize(case: Case, device: str) -> Materialized:
     """Allocate and fill the case's memory on `device`; raise CaseError if it is impossible.
 
@@ -325,7 +340,8 @@ def materialize(case: Case, device: str) -> Materialized:
 
     The contract says which bytes are live (a sparse image for pools past 2
     GiB) and what the target gets and the oracle expects; this fills, keeps
-    the snapshot and puts it on the device.
+    the snapshot and puts it on the device.  A case past this process's memory budget (``control.mps``:
+    a worker sharing its GPU) is declined first (``OverBudget``, a rejection), never half-allocated.
     """
     import torch  # deferred: a crash file's Verdict (engine, findings) loads without torch
 
@@ -338,9 +354,14 @@ def materialize(case: Case, device: str) -> Materialized:
             perturb = Perturb.from_tuple(case.perturb)
         except (TypeError, ValueError) as exc:
             raise CaseError(f"bad perturb {case.perturb!r}: {exc}") from None
+    limit = mps.budget()
+    if limit is not None and case.arena_size > limit:  # the arena alone: no image needed to say no
+        raise OverBudget(over_budget(limit))
     try:
         image = contract.image(case)
         positions = image.positions
+        if limit is not None and footprint(case.arena_size, positions) > limit:
+            raise OverBudget(over_budget(limit))
         snapshot = fill_bytes(case.seed, case.arena_size if positions is None else len(positions))
         contract.fill(case, image, snapshot)  # e.g. finite floats where the oracle does float math
         snapshot.flags.writeable = False

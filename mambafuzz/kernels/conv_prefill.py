@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
-from .zoo import ZooEntry
+from .zoo import PAST_2GIB, ZooEntry
 
 CONTRACT = "conv_prefill"
 DESCRIPTION = ("Triton causal-conv1d prefill with prefix caching: grid (rows, channel blocks), the initial "
@@ -330,5 +330,5 @@ ZOO = (
         "vLLM #20838 and #20938, causal-conv1d indexing overflowing 32 bits on v1's large caches)",
         "conv_prefill(variant='CP-I32'): (slot.to(int32) * stride.to(int32))",
         "wrong or out of bounds when a slot the prefill reads or stores starts past 2 GiB",
-        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault"), memory=PAST_2GIB),
 )

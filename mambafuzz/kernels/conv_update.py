@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
-from .zoo import ZooEntry
+from .zoo import PAST_2GIB, ZooEntry
 
 CONTRACT = "conv_update"
 DESCRIPTION = ("Triton causal-conv1d update: grid (rows, channel blocks), the window in registers before "
@@ -312,5 +312,5 @@ ZOO = (
         "the state offset slot * stride in 32 bits: a slot past 2 GiB wraps (the int32-offset family)",
         "conv_update(variant='CU-I32'): (slot.to(int32) * stride.to(int32))",
         "wrong or out of bounds when a named slot starts past 2 GiB",
-        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault"), memory=PAST_2GIB),
 )

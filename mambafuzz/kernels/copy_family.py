@@ -10,7 +10,7 @@ the members, not grouped by contract).  A new copy contract need not join: a ker
 is listed after the families like any other.
 """
 from . import batch_memcpy, postprocess, slot_copy, slot_fork, state_copy
-from .zoo import ZooEntry
+from .zoo import PAST_2GIB, ZooEntry
 
 FAMILY = (batch_memcpy, state_copy, postprocess, slot_copy, slot_fork)
 
@@ -55,7 +55,7 @@ ZOO = (
         "state_copy(variant='ADDR-I32'): copy_one_state(ADDR_I32=True) -> int32 product",
         "wrong when block_id*block_stride >= 4 GiB (lands on a lower block); between 2 and "
         "4 GiB the address goes negative (a fault)",
-        cpu=("oob", "mismatch"), gpu=("mismatch", "fault")),
+        cpu=("oob", "mismatch"), gpu=("mismatch", "fault"), memory=PAST_2GIB),
     ZooEntry(
         "TAIL-DROP", "batch_memcpy", "wrong",
         "u64 copy that drops the last size % 8 bytes",
@@ -120,7 +120,7 @@ ZOO = (
         "slot_copy(variant='SLOT-I32'): _slot_ptr(ADDR_I32=True) -> int32 products",
         "wrong when an offset is >= 4 GiB (lands lower in the buffer); between 2 and 4 GiB the address "
         "goes below the buffer (out of bounds)",
-        cpu=("oob", "mismatch"), gpu=("mismatch", "fault")),
+        cpu=("oob", "mismatch"), gpu=("mismatch", "fault"), memory=PAST_2GIB),
     ZooEntry(
         "SLOT-FLAT", "slot_copy", "wrong",
         "strided slot buffer addressed as if contiguous ((layer * SLOTS + slot) * SLOT_BYTES)",

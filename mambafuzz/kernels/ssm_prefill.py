@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
-from .zoo import ZooEntry
+from .zoo import PAST_2GIB, ZooEntry
 
 CONTRACT = "ssm_prefill"
 DESCRIPTION = ("Triton Mamba2 chunked-scan prefill with prefix caching: grid (rows, heads, headdim blocks), "
@@ -306,5 +306,5 @@ ZOO = (
         "ssm_prefill(variant='SP-I32'): slot.to(int32) * stride.to(int32)",
         "wrong or out of bounds when a slot the prefill reads or stores starts past 2^31 elements (exact cases: "
         "the pool in the arena)",
-        cpu=("mismatch", "oob"), gpu=("fault", "mismatch")),
+        cpu=("mismatch", "oob"), gpu=("fault", "mismatch"), memory=PAST_2GIB),
 )

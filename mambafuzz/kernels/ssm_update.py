@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
-from .zoo import ZooEntry
+from .zoo import PAST_2GIB, ZooEntry
 
 CONTRACT = "ssm_update"
 DESCRIPTION = ("Triton selective state update: grid (rows, heads, dim blocks), the state tile in registers "
@@ -244,5 +244,5 @@ ZOO = (
         "family)",
         "ssm_update(variant='SSM-I32'): slot.to(int32) * stride.to(int32)",
         "wrong or out of bounds when a named slot starts past 2^31 elements (exact cases: the pool in the arena)",
-        cpu=("mismatch", "oob"), gpu=("mismatch", "fault")),
+        cpu=("mismatch", "oob"), gpu=("mismatch", "fault"), memory=PAST_2GIB),
 )

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
-from .zoo import ZooEntry
+from .zoo import PAST_2GIB, ZooEntry
 
 CONTRACT = "state_scatter"
 DESCRIPTION = ("Triton state scatter: grid (rows, layers, element blocks), the valid-row mask, tensor strides, "
@@ -132,5 +132,5 @@ ZOO = (
         "the slot offset dst * slot stride in 32 bits: a slot past 2^31 elements wraps (the int32-offset family)",
         "state_scatter(variant='SS-I32'): (dst.to(int32) * p_slot.to(int32))",
         "wrong or out of bounds when a valid row's slot starts past 2^31 elements (1- and 2-byte pools)",
-        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+        cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault"), memory=PAST_2GIB),
 )

@@ -36,6 +36,7 @@ class ZooEntry:
     cpu: tuple[str, ...]   # the verdict kinds that catch it on the CPU (see module docstring)
     gpu: tuple[str, ...]   # ... and on a GPU
     options: tuple = ()    # (name, value) contract options the row is fuzzed with (e.g. min_accepted 0)
+    memory: int = 0        # device bytes the biggest case its bug needs takes (PAST_2GIB: it shows only there)
 
     @property
     def variant(self) -> str:
@@ -52,6 +53,11 @@ class ZooEntry:
     @property
     def wrong(self) -> bool:
         return "wrong" in self.kind
+
+# What a row whose bug shows only in pools past 2 GiB (the int32-offset rows) needs of a worker's memory budget
+# (control.mps): a sparse arena at its limit (cases.pools.MAX_SPARSE_ARENA, 8 GiB; a test keeps them
+# in step) and its live bytes, snapshot and offsets on the device.  Such a row is dealt to a worker with room.
+PAST_2GIB = 9 << 30
 
 # Seconds a row has needed, from a fresh start, to its first failure (the worst of its measured seeds;
 # bench/zoo_ttf.py writes them, bench/RESULTS.md keeps the tables).  The zoo starts the slowest rows first

@@ -18,6 +18,17 @@ process then loads each variant from the cache instead of building it.
 Nothing here touches a verdict.  A helper that fails or falls behind costs
 only the time it would have saved; its output goes nowhere; it ignores Ctrl-C
 (the run stops it); it reads and writes no example database and no crash file.
+
+A helper holds no GPU memory and is no MPS client: it starts with every GPU
+hidden (``CUDA_VISIBLE_DEVICES`` empty, no MPS pipe), materialises its cases in
+host memory and compiles for the GPU's compute capability, which the parent
+read with ``nvidia-smi`` (``control.gpu``), through a Triton driver that names
+that target and opens nothing (``HostDriver``).  On the H100 seven helpers that
+opened the GPU took 5-12 GiB each beside the workers (a worker's case builder
+ran out of memory), and under MPS a server that lost a client to a fault takes
+no new one while any old one lives: a helper holding a context kept the
+workers from starting again.  Where the capability cannot be read, no helper
+starts.
 """
 from __future__ import annotations
 
@@ -97,12 +108,15 @@ def _quiet() -> None:
         pass
 
 
+HIDDEN = {"CUDA_VISIBLE_DEVICES": "", "CUDA_MPS_PIPE_DIRECTORY": None, "CUDA_MPS_LOG_DIRECTORY": None}
+# what a helper's environment says (control.mps's names): no GPU; set by ``Precompiler.start`` around the spawn,
+# so that it holds from the helper's first import on
+
+
 def _helper_main(job: dict, tasks, done) -> None:
     """A helper process: take tasks until the queue's end marker, report each one's outcome."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the run stops us
     _quiet()
-    if job.get("gpu") is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(job["gpu"])
     module, _, name = job["work"].partition(":")
     work = getattr(importlib.import_module(module), name)
     state: dict = {}
@@ -140,19 +154,64 @@ def _cases(task: Task, job: dict, state: dict) -> list:
     return state[key]
 
 
+class HostDriver:
+    """Triton's active driver as a compile-only launch needs it, opening no GPU: the target (compute
+    capability `arch`, as ``nvidia-smi`` read it), device 0, stream 0.  ``JITFunction.run`` asks these
+    before it compiles; a warm-up launch returns before it would load or launch anything."""
+
+    def __init__(self, arch: int):
+        from triton.backends.compiler import GPUTarget  # deferred: Triton: loaded with the kernels, after the device is chosen
+
+        self.target = GPUTarget("cuda", arch, 32)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device=None) -> int:
+        return 0
+
+    def is_active(self) -> bool:
+        return True
+
+
+def _on_host(task: Task, job: dict, state: dict, target) -> str | None:
+    """The target's first cases in host memory, launched compile-only for ``job["arch"]`` (no CUDA)."""
+    from mambafuzz.judge.materialize import materialize  # deferred: the engine imports numpy and the contracts: only for a run
+    from triton.runtime.driver import driver  # deferred: Triton: loaded with the kernels, after the device is chosen
+
+    if "driver" not in state:
+        state["driver"] = HostDriver(int(job["arch"]))
+        driver.set_active(state["driver"])
+    errors = []
+    for case in _cases(task, job, state):
+        try:
+            m = materialize(case.with_perturb(task.perturb), "cpu")
+            with compile_only():
+                m.run(target.fn)
+        except Exception as exc:  # noqa: BLE001 - a case that does not build here is built when fuzzed
+            errors.append(f"{type(exc).__name__}: {exc}")
+    return "; ".join(errors) or None
+
+
 def warm(task: Task, job: dict, state: dict) -> str | None:
-    """Run the target's first cases under `task.perturb` in compile-only mode; None, or what went wrong."""
+    """Run the target's first cases under `task.perturb` in compile-only mode; None, or what went wrong.
+    For a GPU run (``job["device"]`` cuda) on the host, compiled for ``job["arch"]`` (``_on_host``)."""
     from mambafuzz.control import device  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
     from mambafuzz.judge.engine import run_case  # deferred: the engine imports numpy and the contracts: only for a run
     from mambafuzz.control.targets import resolve  # deferred: the contracts (numpy), and a user's module, only when a target is resolved
 
     if "device" not in state:
-        state["device"] = device.select(job["device"])
+        state["device"] = device.select(job["device"], probe=job["device"] != "cuda")
     targets = state.setdefault("targets", {})
     spec = task.entry["spec"]
     if spec not in targets:
         targets[spec] = resolve([spec], contract=task.entry.get("contract"),
                                 overlap=task.entry.get("overlap", "full"))[0]
+    if state["device"] == "cuda":
+        return _on_host(task, job, state, targets[spec])
     errors = []
     for case in _cases(task, job, state):
         try:
@@ -178,7 +237,10 @@ class Precompiler:
     seconds: float = 0.0
 
     @classmethod
-    def start(cls, tasks: list[Task], job: dict, processes: int, gpus: list[int] | None = None) -> "Precompiler":
+    def start(cls, tasks: list[Task], job: dict, processes: int) -> "Precompiler":
+        """`processes` helpers (at most one a task) started with every GPU hidden (``HIDDEN``)."""
+        from mambafuzz.control.mps import environ  # deferred: one helper of control's, only when helpers start
+
         pre = cls(tasks)
         if not tasks or processes <= 0:
             return pre
@@ -191,12 +253,12 @@ class Precompiler:
         for _ in range(n):
             todo.put(None)
         pre.started = time.monotonic()
-        for i in range(n):
-            helper_job = {"work": WORK, **job, "gpu": gpus[i % len(gpus)] if gpus else None}
-            p = ctx.Process(target=_helper_main, args=(helper_job, todo, pre._done), daemon=True,
-                            name=f"mambafuzz-precompile-{i}")
-            p.start()
-            pre.processes.append(p)
+        with environ(HIDDEN):  # the spawned helper inherits it before it imports anything
+            for i in range(n):
+                p = ctx.Process(target=_helper_main, args=({"work": WORK, **job}, todo, pre._done), daemon=True,
+                                name=f"mambafuzz-precompile-{i}")
+                p.start()
+                pre.processes.append(p)
         return pre
 
     def _drain(self) -> None:
@@ -230,15 +292,28 @@ class Precompiler:
                 "failed": sum(1 for f in self.finished if f[2]), "seconds": round(self.seconds, 3)}
 
 
+def arch(device: str, gpus: list[int] | None = None) -> int | None:
+    """The compute capability the helpers build for (the run's first GPU's, from ``nvidia-smi``); None off
+    the GPU or where it cannot be read without CUDA (then no helper starts)."""
+    if device != "cuda":
+        return None
+    from mambafuzz.control import gpu  # deferred: nvidia-smi, only for a GPU run's helpers
+
+    info = gpu.query(gpus[0] if gpus else 0)
+    return info.capability if info is not None else None
+
+
 @contextlib.contextmanager
 def ahead(targets: list, opts, processes: int, gpus: list[int] | None = None) -> Iterator[Precompiler]:
-    """Helpers building `targets`' kernels while the body fuzzes them; stopped when it ends."""
+    """Helpers building `targets`' kernels while the body fuzzes them; stopped when it ends.  They build
+    for the first GPU's compute capability (every GPU of a box is alike) and hold no GPU memory."""
     entries = [{"spec": t.name, "contract": t.contract, "overlap": getattr(t, "overlap", "full"),
                 "options": dict(getattr(t, "options", {}))}
                for t in targets]
+    target_arch = arch(opts.device, gpus) if processes > 0 else None
     job = {"device": opts.device, "profile": opts.profile.name, "reps": opts.reps, "mode": opts.mode,
-           "contract_options": dict(opts.contract_options)}
-    pre = Precompiler.start(plan(entries, opts.profile), job, processes if opts.device == "cuda" else 0, gpus)
+           "contract_options": dict(opts.contract_options), "arch": target_arch}
+    pre = Precompiler.start(plan(entries, opts.profile), job, processes if target_arch is not None else 0)
     try:
         yield pre
     finally:

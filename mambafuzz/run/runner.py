@@ -19,6 +19,7 @@ from typing import Callable
 
 from mambafuzz.control import interrupt
 from mambafuzz.control.clock import Deadline
+from mambafuzz.control import gpu
 from mambafuzz.control import mps as mps_daemon
 from mambafuzz.run import precompile
 from mambafuzz.run.session import Session, SessionOptions, plain_options
@@ -121,21 +122,29 @@ def run_isolated(targets: list, opts: FuzzOptions, *, deadline: Deadline = Deadl
                  gpus: list[int] | None = None, hang_timeout: float = 120.0, fresh: bool = False,
                  on_update: Update | None = None, on_resume: Callable[[str], None] | None = None,
                  precompile_processes: int = 0, workers_per_gpu: int = 1, mps: bool = True,
-                 turns=None, costs: dict[str, float] | None = None) -> list[TargetReport]:
+                 turns=None, costs: dict[str, float] | None = None,
+                 needs: dict[str, int] | None = None) -> list[TargetReport]:
     """Targets in worker processes (one per GPU with `gpus`, `workers_per_gpu` on cuda), resumable; the
     workers receive the run's `deadline`, start it when ready and take each target's share of it when
     the target starts; `precompile_processes` helpers build kernels ahead (``precompile``); several
     workers on a GPU run under a private MPS daemon unless `mps` is False (``control.mps``).  With a
     campaign's `turns` each worker leases its targets from the hub (no local resume state: the hub is it).
-    `costs` (target name -> seconds, the zoo's) deals the targets out to the workers instead (``run.deal``)."""
+    `costs` (target name -> seconds, the zoo's) deals the targets out to the workers instead (``run.deal``);
+    `needs` (target name -> bytes one case of its bug takes) deals each to a worker whose share of its GPU's
+    memory holds it (budgets from ``nvidia-smi``'s total: ``control.gpu``, ``control.mps.budgets``)."""
     entries = [{"spec": t.name, "name": t.name, "contract": t.contract, "overlap": t.overlap,
                 **({"path": t.path} if getattr(t, "path", None) else {}),
-                **({"cost": costs.get(t.name, 1.0)} if costs is not None else {})}
+                **({"cost": costs.get(t.name, 1.0)} if costs is not None else {}),
+                **({"memory": needs[t.name]} if needs and needs.get(t.name) else {})}
                for t in targets]
+    per_gpu = workers_per_gpu if opts.device == "cuda" else 1
+    budgets = None
+    if opts.device == "cuda" and per_gpu > 1:  # each worker's case budget, slot by slot as the session numbers them
+        info = gpu.query(gpus[0] if gpus else 0)
+        budgets = mps_daemon.budgets(per_gpu, info.total_bytes if info else None) * len(gpus or [None])
     sopts = SessionOptions(device=opts.device, options=plain_options(opts),
                            workers=workers, gpus=gpus, hang_timeout=hang_timeout, fresh=fresh,
-                           deadline=deadline, workers_per_gpu=workers_per_gpu if opts.device == "cuda" else 1,
-                           deal=costs is not None,
+                           deadline=deadline, workers_per_gpu=per_gpu, deal=costs is not None, budgets=budgets,
                            **({"state_dir": None} if turns is not None else {}))
     session = Session(entries, sopts, on_update=lambda reps: (on_update or (lambda r: None))(list(reps.values())),
                       turns=turns)

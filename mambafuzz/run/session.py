@@ -32,17 +32,22 @@ from mambafuzz import findings, strategies
 from mambafuzz.contracts import case_from_json
 from mambafuzz.control import interrupt
 from mambafuzz.control.clock import Deadline
-from mambafuzz.control.exits import WORKER_CONTEXT_LOST, WORKER_DONE, exit_code
-from mambafuzz.control.mps import bound_memory, memory_share
+from mambafuzz.control.exits import WORKER_CONTEXT_LOST, WORKER_DONE, WORKER_NO_DEVICE, exit_code
+from mambafuzz.control.mps import bound_memory, memory_share, set_budget
 from mambafuzz.errors import CaseError, InternalError, UsageError
 from mambafuzz.findings import Finding, atomic_write_json
 from mambafuzz.judge.engine import Verdict
 from mambafuzz.search.features import Tally
 from mambafuzz.search.fuzz import FuzzOptions, TargetReport, fuzz_target, second_turns, write_error
-from mambafuzz.run.deal import deal, help_list
+from mambafuzz.run import inject
+from mambafuzz.run.deal import cost, deal, help_list, homeless, need, redeal
 
 
-FALSE_STARTS = 3  # a worker slot that dies this often before it is ready stops being restarted
+FALSE_STARTS = 5  # a worker slot that dies this often in a row before it is ready stops being restarted
+BACKOFF = 1.0     # seconds before the first restart after a false start, doubled each time (an MPS server
+#                   that lost a client to a fault takes no new one until every old one has exited)
+BACKOFF_MAX = 10.0
+DEATHS = 5        # a worker slot whose worker dies this often between cases (killed from outside) is given up
 HELP_AFTER = 10.0  # dealt targets: a worker done with its own helps others only with this many seconds left
 
 
@@ -64,6 +69,8 @@ class WorkerSpec:
     # a campaign's turns (``fleet.worker.Fleet``, handed in by the CLI): the worker leases its targets from
     # the hub, one turn at a time, instead of running ``targets`` in order
     turns: Any = None
+    attempt: int = 0                   # this slot's process number (0: its first; a restart counts up)
+    memory_budget: int | None = None   # bytes one case may allocate (judge.materialize declines a bigger one)
 
 
 # --------------------------------------------------------------------- worker
@@ -79,13 +86,17 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
     from mambafuzz.control import device as device_mod  # deferred: it notes TRITON_INTERPRET as the process had it when first imported
 
     try:
+        if inject.no_device(spec.index, spec.attempt):
+            raise UsageError("injected: the device is not ready (run.inject)")
         device_mod.select(spec.device)
     except UsageError as exc:  # the parent counts it a false start and tries again, or gives the slot up
         print(f"mambafuzz: worker {spec.index} could not open its device: {exc}", file=sys.stderr, flush=True)
         conn.close()
         os._exit(exit_code(["no device"]))
     if spec.memory_share is not None:
-        bound_memory(spec.memory_share)
+        bound_memory(spec.memory_share, spec.memory_budget)
+    elif spec.memory_budget is not None:
+        set_budget(spec.memory_budget)
     interrupt.install()  # SIGTERM from the parent (or Ctrl-C) ends the current example, then reports
 
     opts_fields = dict(spec.options)
@@ -108,29 +119,59 @@ def _worker_main(spec: WorkerSpec, conn) -> None:
             fuzzed.append((_resolved(entry), TargetReport.from_json(body)))
         except (UsageError, KeyError, TypeError, ValueError, CaseError):
             pass  # it had its turn; without its report it gets no second one
-    for i, entry in enumerate(spec.targets):
-        try:
-            target = _resolved(entry)
-        except UsageError as exc:
-            conn.send(("report", TargetReport(entry["spec"], entry.get("contract") or "?", stop="not-run",
-                                              detail=str(exc)).to_json()))
-            continue
-        if deadline.over():
-            conn.send(("report", TargetReport(target.name, target.contract, stop="not-run", finished=True,
-                                              detail=deadline.not_run(ran)).to_json()))
-            continue
-        ran += 1
-        report = _worker_turn(conn, target, FuzzOptions(**opts_fields, deadline=deadline.share(len(spec.targets) - i)))
-        if report.interrupted:
+    queue = list(spec.targets)
+    stopped = False
+    while not stopped:
+        _take_more(conn, queue)  # rows the parent dealt again (a worker that could not start gave them back)
+        while queue:
+            entry = queue.pop(0)
+            try:
+                target = _resolved(entry)
+            except UsageError as exc:
+                conn.send(("report", TargetReport(entry["spec"], entry.get("contract") or "?", stop="not-run",
+                                                  detail=str(exc)).to_json()))
+                continue
+            if deadline.over():
+                conn.send(("report", TargetReport(target.name, target.contract, stop="not-run", finished=True,
+                                                  detail=deadline.not_run(ran)).to_json()))
+                continue
+            ran += 1
+            report = _worker_turn(conn, target, FuzzOptions(**opts_fields, deadline=deadline.share(len(queue) + 1)),
+                                  spec=spec)
+            if report.interrupted:
+                stopped = True
+                break
+            fuzzed.append((target, report))
+            _take_more(conn, queue)
+        if stopped:
             break
-        fuzzed.append((target, report))
-    else:  # what the targets caught early left, to those whose share ran out (search.fuzz.second_turns)
+        # what the targets caught early left, to those whose share ran out (search.fuzz.second_turns)
         for k, share in second_turns([r for _, r in fuzzed], deadline):
             target, before = fuzzed[k]
-            if _worker_turn(conn, target, FuzzOptions(**opts_fields, deadline=share), resume=before).interrupted:
+            if _worker_turn(conn, target, FuzzOptions(**opts_fields, deadline=share), resume=before,
+                            spec=spec).interrupted:
+                stopped = True
                 break
+            if _take_more(conn, queue):
+                break  # rows handed over: their first turns come before more second turns
+        stopped = stopped or not _take_more(conn, queue) and not queue
     conn.send(("bye", None))
     conn.close()
+
+
+def _take_more(conn, queue: list[dict]) -> bool:
+    """Add the rows the parent sent since (``("more", entries)``) to `queue`, slowest first; whether any came."""
+    came = False
+    try:
+        while conn.poll():
+            kind, body = conn.recv()
+            if kind == "more":
+                queue.extend(body)
+                came = came or bool(body)
+    except (EOFError, OSError):  # the parent is gone: the worker finishes what it has
+        return came
+    queue.sort(key=lambda e: -cost(e))  # stable: ties keep the order they were dealt in
+    return came
 
 
 def _resolved(entry: dict):
@@ -140,15 +181,27 @@ def _resolved(entry: dict):
     return resolve([entry["spec"]], contract=entry.get("contract"), overlap=entry.get("overlap", "full"))[0]
 
 
-def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = None, hooks=None) -> TargetReport:
+_JUDGED = [0]  # cases this worker process has judged (run.inject counts them)
+
+
+def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = None, hooks=None,
+                 spec: WorkerSpec | None = None) -> TargetReport:
     """One turn of one target in a worker, narrated to the parent (an internal-error report after
     mambafuzz's own error); a broken CUDA context ends the worker.  `hooks` (a campaign's turn) hears of
-    each finding, the progress and the report too, the report before a broken context ends the worker."""
+    each finding, the progress and the report too, the report before a broken context ends the worker.
+    Each case is announced before it runs and its end after ("idle"): a death between the two is the
+    case's crash, a death outside them is not."""
     conn.send(("target", target.name))
     last = [0.0]
 
     def before_case(case):
         conn.send(("case", case.to_json()))
+
+    def after_case():
+        conn.send(("idle", None))
+        _JUDGED[0] += 1
+        if spec is not None:
+            inject.after_case(spec.index, spec.attempt, _JUDGED[0])
 
     def progress(report):
         if hooks is not None:
@@ -164,7 +217,8 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
             hooks.found(finding)
 
     try:
-        report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding, resume=resume)
+        report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding, resume=resume,
+                             after_case=after_case)
     except Exception as exc:  # mambafuzz's own failure: never a crash finding against the kernel
 
         detail = write_error(opts, target.name, InternalError(
@@ -192,6 +246,8 @@ class SessionOptions:
     fresh: bool = False
     deadline: Deadline = Deadline()    # --time: a worker starts it when ready; a restarted one gets its end
     deal: bool = False                 # targets dealt out to the workers by cost (run.deal), not all to each
+    budgets: list | None = None        # per worker slot: bytes one case may allocate (None: unbounded)
+    start_backoff: float = BACKOFF     # seconds before restarting a worker that died before it was ready
 
 
 @dataclass
@@ -205,6 +261,7 @@ class _Live:
     last_heard: float = field(default_factory=time.monotonic)
     ready: bool = False                # it said hello: it got past start-up
     finished: bool = False             # it said bye: it ran its targets
+    in_case: bool = False              # a case is running: announced, not yet judged
 
 
 def session_key(targets: list[dict], sopts: SessionOptions) -> str:
@@ -234,6 +291,14 @@ class Session:
         self.mps = False  # whether the workers run under an MPS daemon (runner.run_isolated says)
         self._suspects: list[dict] = []   # faults from a GPU shared under MPS, replayed alone before they count
         self._false_starts: dict[int, int] = {}  # worker slot -> deaths before hello, in a row
+        self._deaths: dict[int, int] = {}  # worker slot -> deaths between cases (killed from outside)
+        self._spawns: dict[int, int] = {}  # worker slot -> processes started for it
+        self._pending: list[tuple] = []    # (when, slot, gpu, rows): restarts waiting out a back-off
+        self._orphans: list[dict] = []     # rows of a slot given up that no running worker had room for
+        self._unrun: dict[str, str] = {}   # target -> why it may never run (said if it does not)
+        self._given_up: set[int] = set()   # worker slots that start no more workers
+        self._slot_gpus: dict[int, int | None] = {}  # worker slot -> its GPU
+        self._ctx = None
         self._ran: dict[int, set[str]] = {}  # worker slot -> the targets it has had a turn of
         if self.state_path and self.state_path.exists() and not sopts.fresh:
             self._load_state()
@@ -276,14 +341,22 @@ class Session:
                 f"done{kept}{rest}; --fresh starts over")
 
     # -- running
+    def _room(self, index: int) -> int | None:
+        """Worker slot `index`'s case budget in bytes (None: unbounded)."""
+        budgets = self.sopts.budgets
+        return budgets[index] if budgets is not None and index < len(budgets) else None
+
     def _start(self, index: int, gpu: int | None, remaining: list[dict], ctx) -> _Live:
         k = self.sopts.workers_per_gpu
+        attempt = self._spawns[index] = self._spawns.get(index, -1) + 1
         spec = WorkerSpec(index=index, device=self.sopts.device, gpu=gpu, targets=remaining,
                           options=self.sopts.options, seed_offset=7919 * index + 104729 * self.restarts,
                           deadline=self.deadline,
                           memory_share=memory_share(index % k, k) if k > 1 and self.sopts.device == "cuda" else None,
-                          earlier=self._earlier(index, remaining) if self.turns is None else [], turns=self.turns)
-        parent_conn, child_conn = ctx.Pipe(duplex=False)
+                          earlier=self._earlier(index, remaining) if self.turns is None else [], turns=self.turns,
+                          attempt=attempt, memory_budget=self._room(index))
+        # both ways: the parent hands a running worker the rows of one that could not start ("more")
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
         # a campaign's worker confirms a CUDA fault itself, in a child of its own (daemonic processes may
         # have none); the session still ends every worker (_stop, or a kill where one outlives its pipe)
         process = ctx.Process(target=_worker_main, args=(spec, child_conn), daemon=self.turns is None)
@@ -359,13 +432,27 @@ class Session:
         slots = self.sopts.gpus if self.sopts.gpus else [None] * max(1, self.sopts.workers)
         if self.sopts.workers_per_gpu > 1:
             slots = [gpu for gpu in (self.sopts.gpus or [None]) for _ in range(self.sopts.workers_per_gpu)]
-        hands = deal(todo, len(slots)) if self.sopts.deal else [todo] * len(slots)
+        if self.sopts.deal:
+            rooms = [self._room(i) for i in range(len(slots))]
+            for t in homeless(todo, rooms):  # no worker's share of its GPU holds the row's cases: said, not run
+                self._unrun[t.get("name", t["spec"])] = (
+                    f"not run: its cases need {need(t) / (1 << 30):.1f} GiB of GPU memory and no worker's budget "
+                    f"holds them (the largest is {max(r for r in rooms if r is not None) / (1 << 30):.1f} GiB): "
+                    "fewer --workers-per-gpu")
+            hands = deal(todo, len(slots), rooms)
+        else:
+            hands = [todo] * len(slots)
+        self._slot_gpus, self._ctx = dict(enumerate(slots)), ctx
         live: list[_Live] = [self._start(i, gpu, hands[i], ctx) for i, gpu in enumerate(slots) if hands[i]]
         interrupted = False
         try:
-            while live:
+            while live or self._pending:
                 if interrupt.requested():
                     raise KeyboardInterrupt
+                self._start_due(live, ctx)
+                if not live:
+                    time.sleep(0.05)
+                    continue
                 ready = wait([w.conn for w in live] + [w.process.sentinel for w in live], timeout=0.25)
                 now = time.monotonic()
                 for w in list(live):
@@ -378,7 +465,11 @@ class Session:
                             w.last_heard = now
                     except (EOFError, OSError):
                         died = True
-                    hung = w.current_case is not None and now - w.last_heard > self.sopts.hang_timeout
+                    # silent in a case: a hang (that case the finding); silent outside one (the CPU witness,
+                    # shrinking's bookkeeping) only long past --time: stuck, stopped without a finding
+                    silent = now - w.last_heard > self.sopts.hang_timeout
+                    hung = silent and (w.in_case or (w.ready and not w.finished and self.deadline.end is not None
+                                                     and now > self.deadline.end + self.sopts.hang_timeout))
                     if not (died or hung) and w.process.is_alive():
                         continue
                     if died and not hung and not w.finished:
@@ -387,8 +478,8 @@ class Session:
                         w.process.kill()
                     w.process.join(5)
                     live.remove(w)
-                    mid_case = w.current_case is not None
-                    if w.current_case is not None and w.current_target is not None:
+                    mid_case = w.in_case and w.current_case is not None
+                    if mid_case and w.current_target is not None:
                         if hung:
                             self._fault_finding(w, f"no progress for {self.sopts.hang_timeout:g} s", "hang")
                         else:
@@ -404,7 +495,7 @@ class Session:
                         for other in live:  # the parent was busy replaying: their silence is not a hang
                             other.last_heard = time.monotonic()
                     for dead in gone:
-                        self._restart(dead, hung and dead is w, live, ctx)
+                        self._restart(dead, hung and dead is w, live, ctx, between=not mid_case and dead is w)
                     self.on_update(self.reports)
         except KeyboardInterrupt:
             interrupted = True
@@ -413,12 +504,16 @@ class Session:
             for w in live:
                 if w.process.is_alive():
                     w.process.kill()
-        for t in self.targets:  # a target no worker reached is reported, never dropped
+        for t in self.targets:  # a target no worker reached is reported, never dropped, and why
             name = t.get("name", t["spec"])
-            if name not in self.reports:
+            rep = self.reports.get(name)
+            why = ("not run: interrupted" if interrupted else self._unrun.get(name)
+                   or (self.deadline.not_run(0) if self.deadline.over() else "not run: no worker reached it"))
+            if rep is None:
                 self.reports[name] = TargetReport(name, t.get("contract") or "?", stop="not-run", finished=True,
-                                                  detail="not run: interrupted" if interrupted else
-                                                  "not run: no worker reached it")
+                                                  detail=why)
+            elif rep.stop == "not-run" and not rep.detail and name not in self.done and rep.finding is None:
+                rep.detail, rep.finished = why, True  # started, never finished: its worker died, no other ended it
         for rep in self.reports.values():
             rep.interrupted = rep.interrupted or (interrupted and rep.target not in self.done)
         if self.state_path:
@@ -501,36 +596,126 @@ class Session:
         if self.turns is not None:
             self.turns.session_found(finding, False)
 
-    def _restart(self, w: _Live, hung: bool, live: list[_Live], ctx) -> None:
-        """A fresh worker for `w`'s remaining targets; a slot whose worker keeps dying before it is ready
-        (a GPU it cannot open) gives its targets up as internal errors instead of looping."""
+    def _restart(self, w: _Live, hung: bool, live: list[_Live], ctx, between: bool = False) -> None:
+        """A fresh worker for `w`'s remaining targets.  A worker that died before it was ready (a GPU it could
+        not open) is started again after a back-off that doubles, within --time, at most FALSE_STARTS times in
+        a row; one that died between cases (killed from outside: `between`) at once, at most DEATHS times.
+        A slot given up hands its rows to the workers still running (``_give_up``)."""
+        if interrupt.requested():
+            return  # a stop signal ended the workers: nothing starts again
         if self.turns is not None:  # a campaign's worker leases from every target; one that said bye is done
             remaining = [] if w.finished else self.targets
         else:
             remaining = [t for t in w.remaining if t["spec"] not in self.done]
         if not remaining and self._helps(w):  # its own rows done: it helps with those not caught yet
             remaining = help_list(self.targets, self._ran.setdefault(w.spec.index, set()),
-                                  {n for n, r in self.reports.items() if r.finding is not None})
+                                  {n for n, r in self.reports.items() if r.finding is not None},
+                                  self._room(w.spec.index))
             if remaining:
                 self.restarts += 1
                 live.append(self._start(w.spec.index, w.spec.gpu, remaining, ctx))
+                self._redeal(live)
             return
-        if not remaining or not (hung or w.process.exitcode != WORKER_DONE):
+        if not remaining:
             return
+        if self.turns is not None and not (hung or w.process.exitcode != WORKER_DONE):
+            return
+        index, code = w.spec.index, w.process.exitcode
         if not w.ready:
-            count = self._false_starts[w.spec.index] = self._false_starts.get(w.spec.index, 0) + 1
-            if count >= FALSE_STARTS:
-                why = (f"internal error: the worker for GPU {w.spec.gpu} died {count} times before it was "
-                       f"ready (last exit code {w.process.exitcode}; its stderr says why)")
-                for t in remaining:
-                    name = t.get("name", t["spec"])
-                    if name not in self.reports or self.reports[name].finding is None:
-                        self.reports[name] = TargetReport(name, t.get("contract") or "?", stop="internal-error",
-                                                          finished=True, detail=why)
+            count = self._false_starts[index] = self._false_starts.get(index, 0) + 1
+            delay = min(BACKOFF_MAX, self.sopts.start_backoff * 2 ** (count - 1))
+            late = self.deadline.end is not None and time.monotonic() + delay >= self.deadline.end
+            if count >= FALSE_STARTS or late:
+                what = "could not open its device" if code == WORKER_NO_DEVICE else "died"
+                self._give_up(index, remaining, f"the worker for GPU {w.spec.gpu} (slot {index}) {what} {count} "
+                              f"time(s) before it was ready (last exit code {code}; its stderr says why)", live)
                 return
-            time.sleep(1.0)  # an MPS server still letting its last clients go
+            self._pending.append((time.monotonic() + delay, index, w.spec.gpu, remaining))
+            return
+        if between and code not in (WORKER_DONE, WORKER_CONTEXT_LOST):
+            count = self._deaths[index] = self._deaths.get(index, 0) + 1
+            for name in {w.current_target} - {None}:
+                self._unrun[name] = (f"not finished: its worker died between cases (exit code {code}) and no "
+                                     "worker finished it")
+            if count >= DEATHS:
+                self._give_up(index, remaining, f"the worker for GPU {w.spec.gpu} (slot {index}) died {count} "
+                              f"times between cases (last exit code {code})", live)
+                return
+        if self.deadline.over():
+            return
         self.restarts += 1
-        live.append(self._start(w.spec.index, w.spec.gpu, remaining, ctx))
+        live.append(self._start(index, w.spec.gpu, remaining, ctx))
+
+    def _start_due(self, live: list[_Live], ctx) -> None:
+        """Start the restarts whose back-off is over (dropped past --time), then deal them any orphaned rows."""
+        now, due = time.monotonic(), []
+        for item in list(self._pending):
+            if item[0] <= now or self.deadline.over():
+                self._pending.remove(item)
+                due.append(item)
+        for _, index, gpu, rows in due:
+            rows = [t for t in rows if t["spec"] not in self.done]
+            if self.deadline.over():
+                for t in rows:
+                    self._unrun.setdefault(t.get("name", t["spec"]), "not run: --time ran out while its worker "
+                                           f"for GPU {gpu} (slot {index}) waited to start again")
+                continue
+            if rows:
+                self.restarts += 1
+                live.append(self._start(index, gpu, rows, ctx))
+        if due:
+            self._redeal(live)
+
+    def _give_up(self, index: int, rows: list[dict], why: str, live: list[_Live]) -> None:
+        """Slot `index` starts no more workers: its rows go to the workers still running (``_redeal``); a row
+        none takes says `why` at the end."""
+        self._given_up.add(index)
+        held = [t for x in live for t in x.remaining] + [t for item in self._pending for t in item[3]]
+        rows = [t for t in rows if t not in held]  # every worker runs every target (not dealt): others have it
+        for t in rows:
+            self._unrun[t.get("name", t["spec"])] = f"not run: {why}, and no other worker could take it"
+        self._orphans += [t for t in rows if t not in self._orphans]
+        self._redeal(live)
+
+    def _redeal(self, live: list[_Live]) -> None:
+        """Hand the orphaned rows to running workers with room for them, least loaded first (``deal.redeal``);
+        the rows are theirs from now on (restarted with them if they die).  Rows none can take stay orphans."""
+        rows = [t for t in self._orphans if t["spec"] not in self.done]
+        if not rows:
+            return
+        takers = [x for x in live if not x.finished and x.process.is_alive()]
+        if not takers:
+            self._idle_take(live)
+            return
+        loads = [sum(cost(t) for t in x.remaining) for x in takers]
+        hands = redeal(rows, loads, [self._room(x.spec.index) for x in takers])
+        for x, hand in zip(takers, hands):
+            if not hand:
+                continue
+            try:
+                x.conn.send(("more", hand))
+            except (OSError, ValueError):
+                continue  # it is dying: its death hands them on
+            x.remaining += hand
+            for t in hand:
+                self._orphans.remove(t)
+                self._unrun.pop(t.get("name", t["spec"]), None)
+
+    def _idle_take(self, live: list[_Live]) -> None:
+        """No worker running to take the orphaned rows: start one on a slot that is idle (its worker ran its
+        rows and ended; not waiting to restart, not given up) with those it has room for."""
+        busy = {x.spec.index for x in live} | {item[1] for item in self._pending} | self._given_up
+        for index, gpu in self._slot_gpus.items():
+            rows = [t for t in self._orphans if t["spec"] not in self.done and t in self._orphans]
+            if index in busy or self.deadline.over() or self._ctx is None or not rows:
+                continue
+            mine = redeal(rows, [0.0], [self._room(index)])[0]
+            if mine:
+                for t in mine:
+                    self._orphans.remove(t)
+                    self._unrun.pop(t.get("name", t["spec"]), None)
+                self.restarts += 1
+                live.append(self._start(index, gpu, mine, self._ctx))
 
     def _helps(self, w: _Live) -> bool:
         """Whether worker `w`, done with its dealt targets, is started again to help (``run.deal``)."""
@@ -584,7 +769,9 @@ class Session:
             w.current_target, w.current_case = body, None
             self._ran.setdefault(w.spec.index, set()).add(body)
         elif kind == "case":
-            w.current_case = body
+            w.current_case, w.in_case = body, True
+        elif kind == "idle":
+            w.in_case = False
         elif kind == "found":
             rep = self.reports.get(body["target"])
             if rep is None:

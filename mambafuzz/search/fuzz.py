@@ -515,12 +515,15 @@ def _measured(target, opts: FuzzOptions, case: Case, verdict: Verdict, until: De
 def fuzz_target(target, opts: FuzzOptions, progress: Callable[[TargetReport], None] | None = None,
                 before_case: Callable[[Case], None] | None = None,
                 on_finding: Callable[[findings.Finding], None] | None = None,
-                resume: TargetReport | None = None) -> TargetReport:
+                resume: TargetReport | None = None,
+                after_case: Callable[[], None] | None = None) -> TargetReport:
     """Fuzz one target until a finding, the example count, the time budget or a stop signal.
 
     `resume`: this target's report from an earlier turn of the same run (``second_turns``): its counts,
-    coverage and seconds go on, and the draws differ from that turn's."""
-    return _FuzzLoop(target, opts, progress, before_case, on_finding, resume).run()
+    coverage and seconds go on, and the draws differ from that turn's.  `before_case` hears of each case
+    before it runs, `after_case` once it has been judged (or declined): a session's parent tells a death
+    inside a case (that case's crash) from one between cases."""
+    return _FuzzLoop(target, opts, progress, before_case, on_finding, resume, after_case).run()
 
 
 class _FuzzLoop:
@@ -528,9 +531,9 @@ class _FuzzLoop:
     each example is checked (``check_example``: may it run, its verdict, what it counts), a failure is
     shrunk (``shrink``) and, on a GPU, witnessed on the CPU; ``finish`` says how it ended."""
 
-    def __init__(self, target, opts: FuzzOptions, progress, before_case, on_finding, resume):
+    def __init__(self, target, opts: FuzzOptions, progress, before_case, on_finding, resume, after_case=None):
         self.target, self.opts = target, opts
-        self.progress, self.before_case = progress, before_case
+        self.progress, self.before_case, self.after_case = progress, before_case, after_case
         if resume is None:
             self.report = TargetReport(target.name, target.contract,
                                        min_examples=min(opts.min_examples, opts.max_examples))
@@ -612,7 +615,11 @@ class _FuzzLoop:
         self.may_run(shrinking)
         if self.before_case is not None:
             self.before_case(case)
-        verdict = self.verdict(case, shrinking)
+        try:
+            verdict = self.verdict(case, shrinking)
+        finally:
+            if self.after_case is not None:
+                self.after_case()
         if verdict is None:
             return
         self.count(case, verdict)

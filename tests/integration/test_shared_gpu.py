@@ -14,7 +14,7 @@ import mambafuzz.judge.engine as engine
 from mambafuzz.errors import InternalError
 from mambafuzz.run import confirm
 from mambafuzz.control import mps
-from mambafuzz.run.session import Session, SessionOptions, plain_options
+from mambafuzz.run.session import FALSE_STARTS, Session, SessionOptions, plain_options
 
 from common import fuzz_options
 
@@ -89,14 +89,15 @@ def test_without_sharing_the_first_crash_is_the_finding(shared_targets):
 
 def test_a_worker_that_cannot_start_is_given_up_not_restarted_forever(tmp_path, capfd):
     opts = fuzz_options(tmp_path, database=None)
-    sopts = SessionOptions(device="cuda", options=plain_options(opts), state_dir=None, hang_timeout=60)
+    sopts = SessionOptions(device="cuda", options=plain_options(opts), state_dir=None, hang_timeout=60,
+                           start_backoff=0.05)
     session = Session([{"spec": "triton.batch_memcpy", "name": "triton.batch_memcpy",
                         "contract": "batch_memcpy", "overlap": "full"}], sopts)
     (rep,) = session.run()  # no GPU here: each worker dies in start-up
     assert rep.status == "inconclusive" and "before it was ready" in rep.why, rep.why
-    assert "exit code 18" in rep.why and session.restarts == 2
+    assert "exit code 18" in rep.why and session.restarts == FALSE_STARTS - 1
     err = capfd.readouterr().err  # each false start says why in one line, no traceback
-    assert err.count("could not open its device") == 3 and "Traceback" not in err, err
+    assert err.count("could not open its device") == FALSE_STARTS and "Traceback" not in err, err
 
 
 class AcceleratorError(RuntimeError):
