@@ -33,8 +33,8 @@ def test_the_zoo_takes_the_most_workers_whose_every_share_holds_the_biggest_row(
 
 def _case_of_size(arena_size):
     from hypothesis import find
-    from mambafuzz import strategies
-    case = find(strategies.for_contract("batch_memcpy", profile=strategies.PROFILES["cpu"]),
+    from mambafuzz import contracts
+    case = find(contracts.strategy("batch_memcpy", profile="cpu"),
                 lambda c: c.arena_size >= 64)
     import dataclasses
     return dataclasses.replace(case, arena_size=max(arena_size, case.arena_size))
