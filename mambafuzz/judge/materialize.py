@@ -331,6 +331,16 @@ def over_budget(limit: int) -> str:
     return f"over this worker's memory budget ({size})"
 
 
+def gpu_out_of_memory(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError, or a CUDA call's ``cudaErrorMemoryAllocation`` (an AcceleratorError: an
+    allocation outside torch's caching allocator, as an H100 shared by three runs raised building a case)."""
+    import torch  # deferred: only after a failure on a GPU
+
+    if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    return type(exc).__name__ == "AcceleratorError" and "out of memory" in str(exc)
+
+
 def materialize(case: Case, device: str) -> Materialized:
     """Allocate and fill the case's memory on `device`; raise CaseError if it is impossible.
 
@@ -382,6 +392,10 @@ def materialize(case: Case, device: str) -> Materialized:
     except MambafuzzError:
         raise
     except Exception as exc:  # past the field checks and the contract's: a bug in the oracle or case builder
+        if device != "cpu" and gpu_out_of_memory(exc):  # other processes on the GPU hold the rest: not a bug
+            torch.cuda.empty_cache()
+            raise OverBudget("the GPU ran out of memory building it (what other processes on it hold "
+                             "counts too)") from None
         raise InternalError.of("preparing the case (the oracle or the contract's case builder)", exc) from exc
     return Materialized(case, device, arena, snapshot, prepared.expected, prepared.args, prepared.kwargs,
                         outputs=prepared.outputs,

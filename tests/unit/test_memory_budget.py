@@ -111,3 +111,35 @@ def test_the_gpu_zoos_default_workers_come_from_the_gpus_memory_within_the_cores
     monkeypatch.setattr(gpu, "query", lambda index=0: gpu.GpuInfo(143771 << 20, 90))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert commands._zoo_per_gpu(zoo.PAST_2GIB, 1) == 2  # 4 cores: 2 workers
+
+
+class AcceleratorError(RuntimeError):
+    """Stands in for torch's CUDA runtime error (its name is what the check reads)."""
+
+
+@pytest.mark.parametrize("exc, rejected", [
+    (lambda torch: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+    (lambda torch: AcceleratorError("CUDA error: out of memory"), True),
+    (lambda torch: AcceleratorError("CUDA error: an illegal memory access was encountered"), False),
+    (lambda torch: ValueError("out of memory"), False),
+])
+def test_a_gpu_out_of_memory_while_building_a_case_is_a_rejection_not_an_internal_error(monkeypatch, exc, rejected):
+    """Three runs sharing an H100 ran one out of memory building a delta_prefill case: that target stopped,
+    inconclusive, as if mambafuzz were broken.  Memory other processes hold is no bug in the case builder."""
+    import torch
+
+    from mambafuzz import contracts
+    from mambafuzz.errors import InternalError
+    from mambafuzz.judge.materialize import materialize
+
+    case = _case_of_size(64)
+    contract = contracts.of(case)
+
+    def prepare(*args, **kwargs):
+        raise exc(torch)
+
+    monkeypatch.setattr(contract, "prepare", prepare)
+    with pytest.raises(OverBudget if rejected else InternalError) as info:
+        materialize(case, "meta")  # not the CPU: what a GPU run takes this path on
+    if rejected:
+        assert "the GPU ran out of memory building it" in str(info.value)
