@@ -116,6 +116,33 @@ def slot_values(slots: int, inner: tuple[int, ...], draw, dtype: str, device):
     return (tile + offsets).to(getattr(torch, dtype))
 
 
+def padded_rows(case, values):
+    """[T, ...] packed tokens (stored ``case.io_dtype`` elements, rows of ``case.lens``) as float64
+    [B, T_max, ...], zeros past a row's end: the scan oracles' layout.  None stays None."""
+    if values is None:
+        return None
+    v = to_float64(values, case.io_dtype)
+    rows, tmax = len(case.lens), max(max(case.lens, default=0), 1)
+    out = np.zeros((rows, tmax) + v.shape[1:])
+    cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+    b = np.repeat(np.arange(rows), case.lens)
+    out[b, np.arange(len(v)) - cuts[b]] = v
+    return out
+
+
+def exact_or_seeded_pool(case, snapshot: np.ndarray, plan, inner: tuple[int, ...], device):
+    """An SSM pool as the step starts from it, stored elements on `device`: ``exact``, the held slots
+    [U, *inner] from the arena (``plan``: ``slot_image``'s); else the whole pool [S, *inner] from the seed,
+    uniform in [-2, 2) (``slot_values``)."""
+    used, starts = plan
+    if case.exact:
+        raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
+        return stored_tensor(raw.reshape((len(used),) + inner), case.dtype, device)
+    rng = np.random.default_rng((case.seed, 7))
+    draw = lambda n: rng.random(n, dtype=np.float32) * np.float32(4) - np.float32(2)  # uniform in [-2, 2)
+    return slot_values(case.slots, inner, draw, case.dtype, device)
+
+
 def unchanged_inputs(args: dict, names: tuple[str, ...]) -> tuple[Output, ...]:
     """Every input among `names` must stay as it was, exactly: its value now, kept on its device
     (a bfloat16 one as its bits, as an exact ``Output`` compares it)."""
@@ -193,6 +220,33 @@ def rows_dropped(case, fields: tuple[str, ...]):
         yield dataclasses.replace(case, **cut)
 
 
+def extras_off(case, extras):
+    """The cases with each of `extras` (a dict of field values: an optional input off, a default layout)
+    where `case` differs from it: one shrink step each."""
+    for extra in extras:
+        if any(getattr(case, k) != v for k, v in extra.items()):
+            yield dataclasses.replace(case, **extra)
+
+
+def int_tensor(values, device):
+    """int32 values as a tensor on `device` (None stays None): counts and columns a target takes."""
+    import torch  # deferred: torch takes seconds to import
+
+    return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
+
+
+def table_tensor(case, device):
+    """The case's ``idx`` table as the target takes it: a [B, C] view of a pad-filled int32 buffer of rows
+    ``idx_stride`` apart, or (``idx_2d`` False) its column 0, [B]."""
+    import torch  # deferred: torch takes seconds to import
+
+    rows = len(case.lens)
+    table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
+    table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
+    base = torch.from_numpy(table).to(device)
+    return base[:, :case.cols] if case.idx_2d else base[:, 0]
+
+
 def check_int32_indices(tables) -> None:
     """OracleError unless every value of the index tables (None: absent) fits int32."""
     if any(not -(1 << 31) <= v < (1 << 31) for t in tables if t is not None for row in t for v in row):
@@ -224,6 +278,18 @@ class UpdateContract(Contract):
     def plan(self, case):
         """The oracle's plan of `case` (OracleError for an ill-posed one); what ``valid`` asks besides ``image``."""
         raise NotImplementedError
+
+    def _narrowing(self, options: dict) -> dict:
+        """The options as the strategy takes them (UsageError in one line for a bad value)."""
+        raise NotImplementedError
+
+    def _expected_narrowing(self, options: dict) -> dict:
+        """``_narrowing`` for ``expected_features``: a run refuses bad options before it draws, so expect
+        what the defaults draw."""
+        try:
+            return self._narrowing(options)
+        except UsageError:
+            return self._narrowing({})
 
     def valid(self, case) -> bool:
         try:
