@@ -25,15 +25,15 @@ import numpy as np
 
 from mambafuzz import oracle
 from mambafuzz.contracts.cases.conv_update import LAYOUTS, ConvUpdateCase
-from mambafuzz.errors import UsageError
 from mambafuzz.contracts.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, plan_conv_update
 
 from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
 from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, VARLEN, ConvPoolContract, allowed,
-                      check_int32_indices, check_slot_pool, min_accepted_option, nacc_buckets, one_of, pad_option,
-                      presence, presence_buckets, rows_dropped, to_float64, unchanged_inputs)
+                      check_int32_indices, check_slot_pool, extras_off, int_tensor, min_accepted_option, nacc_buckets,
+                      one_of, pad_option, presence, presence_buckets, rows_dropped, table_tensor, to_float64,
+                      unchanged_inputs)
 
 
 # the inputs a step must leave exactly as they were
@@ -167,17 +167,13 @@ class ConvUpdate(ConvPoolContract):
         per_slot = case.slot_stride // case.elem
         strides = (per_slot, 1, case.dim) if case.layout == "dim" else (per_slot, case.state_len, 1)
         conv_state = flat.as_strided((case.slots, case.dim, case.state_len), strides)
-        table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
-        table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
-        base = torch.from_numpy(table).to(device)
-        indices = base[:, :case.cols] if case.idx_2d else base[:, 0]
-        def ints(values):
-            return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
+        ints = lambda values: int_tensor(values, device)
         qsl = ints(cuts.tolist()) if case.varlen else None
         out = torch.full_like(x, float("nan"))
         args = {"x": x, "conv_state": conv_state, "weight": weight, "bias": bias,
-                "conv_state_indices": indices, "num_accepted_tokens": ints(case.nacc), "query_start_loc": qsl,
-                "initial_state_idx": ints(case.init), "last_state_idx": ints(case.last), "out": out}
+                "conv_state_indices": table_tensor(case, device), "num_accepted_tokens": ints(case.nacc),
+                "query_start_loc": qsl, "initial_state_idx": ints(case.init), "last_state_idx": ints(case.last),
+                "out": out}
         kwargs = {"activation": "silu" if case.silu else None, "pad_slot_id": case.pad,
                   "max_query_len": max(case.lens, default=0)}
         outputs = (self._out(case, got, x),) + unchanged_inputs(args, UNCHANGED)
@@ -221,11 +217,9 @@ class ConvUpdate(ConvPoolContract):
             shorter = tuple(max(0 if case.varlen else 1, n - 1) for n in case.lens)
             nacc = None if case.nacc is None else tuple(min(a, max(n, 1)) for a, n in zip(case.nacc, shorter))
             yield r(case, lens=shorter, nacc=nacc)
-        for extra in ({"perturb": None}, {"bias": False}, {"silu": False}, {"nacc": None},
-                      {"init": None, "last": None}, {"idx_stride": case.cols}, {"idx_2d": False},
-                      {"layout": "dim"}, {"seed": 0}):
-            if any(getattr(case, k) != v for k, v in extra.items()):
-                yield r(case, **extra)
+        yield from extras_off(case, ({"perturb": None}, {"bias": False}, {"silu": False}, {"nacc": None},
+                                     {"init": None, "last": None}, {"idx_stride": case.cols}, {"idx_2d": False},
+                                     {"layout": "dim"}, {"seed": 0}))
         if case.varlen and len(set(case.lens)) == 1:
             yield r(case, varlen=False)
         need = case.width - 1 if case.nacc is None else case.width - 2 + max(case.lens, default=1)
@@ -277,10 +271,7 @@ class ConvUpdate(ConvPoolContract):
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
-        try:
-            n = self._narrowing(options)
-        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
-            n = self._narrowing({})
+        n = self._expected_narrowing(options)
         out = dict(self.buckets)
         out["rows"] = ("1", "2-3")
         out["spec"] = presence_buckets(n["spec"])

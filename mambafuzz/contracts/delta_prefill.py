@@ -31,8 +31,8 @@ from .conv_prefill import CLI_OPTIONS as CONV_PREFILL_OPTIONS
 from .delta_update import GATE, STATE_LAYOUT
 from .features import COUNTS, NO_YES, joined
 from .prefill import PrefillContract
-from .updates import (UPDATE_CLI_OPTIONS, allowed, as_stored, as_tensors, extras_off, from_float64, one_of,
-                      oracle_input, pad_option, presence_buckets, slot_values, stored_tensor, to_float64,
+from .updates import (UPDATE_CLI_OPTIONS, allowed, as_tensors, extras_off, from_float64, one_of, oracle_input,
+                      pad_option, presence_buckets, slot_values, state_output, stored_tensor, to_float64,
                       unchanged_inputs)
 
 # the inputs a prefill must leave exactly as they were
@@ -163,20 +163,9 @@ class DeltaPrefill(PrefillContract):
         kwargs = {"scale": scale, "use_qk_l2norm_in_kernel": case.l2norm, "state_layout": case.layout,
                   "output_final_state": case.final, "max_seqlen": max(case.lens, default=0)} | self.row_kwargs(case)
         care = np.broadcast_to(got.care[:, None, None], tuple(got.out.shape)).copy()
-        outputs = (self._state_output(case, got.pool, got.pool_bound),
+        outputs = (state_output(case, "ssm_state", "S", got.pool, got.pool_bound),
                    Output("out", got.out, atol=got.out_bound, care=care, what="flat element {i} of out [T, HV, V]"))
         return Prepared(args, kwargs, snapshot.copy(), outputs=outputs + unchanged_inputs(args, UNCHANGED))
-
-    def _state_output(self, case: DeltaPrefillCase, values, bound) -> Output:
-        """The pool in its layout: within `bound` where stored, exactly elsewhere (as stored elements when
-        nothing is stored at all: an exact Output compares bfloat16 as its bits)."""
-        dims = "HV, V, K" if case.layout == "vk" else "HV, K, V"
-        what = f"flat element {{i}} of ssm_state [S, {dims}]"
-        if case.layout == "kv":
-            values, bound = values.transpose(-1, -2), bound.transpose(-1, -2)
-        if not bool(bound.any()):
-            return Output("ssm_state", as_stored(values, case.dtype), what=what)
-        return Output("ssm_state", values, atol=bound, what=what)
 
     def locate(self, case: DeltaPrefillCase, offset: int) -> str:
         return f"byte {offset} of the token arena (the pool is a tensor of its own)"

@@ -21,15 +21,14 @@ import numpy as np
 
 from mambafuzz import oracle
 from mambafuzz.contracts.cases.delta_update import LAYOUTS, DeltaUpdateCase
-from mambafuzz.errors import UsageError
 from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
 from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, UpdateContract, allowed, as_stored,
-                      as_tensors, check_int32_indices, from_float64, min_accepted_option, nacc_buckets, one_of,
-                      oracle_input, pad_option, presence, presence_buckets, rows_dropped, slot_values, stored_tensor,
-                      to_float64, unchanged_inputs)
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, UpdateContract, allowed,
+                      as_tensors, check_int32_indices, extras_off, from_float64, int_tensor, min_accepted_option,
+                      nacc_buckets, one_of, oracle_input, pad_option, presence, presence_buckets, rows_dropped,
+                      slot_values, state_output, stored_tensor, table_tensor, to_float64, unchanged_inputs)
 
 
 
@@ -164,9 +163,6 @@ class DeltaUpdate(UpdateContract):
         """A pool or buffer tensor in its layout as the oracle's float64 V-major."""
         return oracle_input(values if case.layout == "vk" else values.transpose(-1, -2), device)
 
-    def _in_layout(self, case, values):
-        return values if case.layout == "vk" else values.transpose(-1, -2)
-
     def prepare(self, case: DeltaUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
         import torch  # deferred: torch takes seconds to import
 
@@ -182,43 +178,26 @@ class DeltaUpdate(UpdateContract):
             inter_idx=case.inter_idx, cache_steps=case.cache_steps)
         got = as_tensors(got, "pool", "pool_bound", "out", "out_bound", "buffer", "buffer_bound")
 
-        def ints(values):
-            return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
-
-        rows = len(case.lens)
-        table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
-        table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
-        base = torch.from_numpy(table).to(device)
+        ints = lambda values: int_tensor(values, device)
         act = lambda raw: stored_tensor(raw, case.act_dtype, device)
         args = {"q": act(q), "k": act(k), "v": act(v), "g": act(g), "beta": act(beta),
                 "initial_state": pool, "cu_seqlens": ints(cu.tolist()),
-                "ssm_state_indices": base[:, :case.cols] if case.idx_2d else base[:, 0],
+                "ssm_state_indices": table_tensor(case, device),
                 "num_accepted_tokens": ints(case.nacc),
                 "intermediate_states_buffer": buf if case.inter_rows else None,
                 "intermediate_state_indices": ints(case.inter_idx) if case.inter_rows else None,
                 "out": torch.full(v.shape, float("nan"), dtype=getattr(torch, case.act_dtype), device=device)}
         kwargs = {"scale": scale, "use_qk_l2norm_in_kernel": case.l2norm, "state_layout": case.layout,
                   "pad_slot_id": case.pad, "cache_steps": case.cache_steps, "max_query_len": max(case.lens, default=0)}
-        outputs = [self._state_output(case, "initial_state", got.pool, got.pool_bound)]
+        outputs = [state_output(case, "initial_state", "S", got.pool, got.pool_bound)]
         if case.inter_rows:
-            outputs.append(self._state_output(case, "intermediate_states_buffer", got.buffer, got.buffer_bound))
+            outputs.append(state_output(case, "intermediate_states_buffer", "R, steps", got.buffer,
+                                        got.buffer_bound))
         care = np.broadcast_to(got.care[:, None, None], tuple(got.out.shape)).copy()
         outputs.append(Output("out", got.out, atol=got.out_bound, care=care,
                               what="flat element {i} of out [T, HV, V]"))
         outputs = tuple(outputs) + unchanged_inputs(args, UNCHANGED)
         return Prepared(args, kwargs, snapshot.copy(), outputs=outputs)
-
-    def _state_output(self, case: DeltaUpdateCase, name: str, values, bound) -> Output:
-        """A pool or buffer in its layout: within `bound` where written; where nothing is, exactly (as
-        stored elements when nothing is written at all: a bound of 0 everywhere is an exact Output, which
-        compares bfloat16 as its bits)."""
-        dims = "HV, V, K" if case.layout == "vk" else "HV, K, V"
-        lead = "S" if name == "initial_state" else "R, steps"
-        what = f"flat element {{i}} of {name} [{lead}, {dims}]"
-        values, bound = self._in_layout(case, values), self._in_layout(case, bound)
-        if not bool(bound.any()):
-            return Output(name, as_stored(values, case.dtype), what=what)
-        return Output(name, values, atol=bound, what=what)
 
     def locate(self, case: DeltaUpdateCase, offset: int) -> str:
         return f"byte {offset} of the token arena (the pool and buffer are tensors of their own)"
@@ -234,12 +213,10 @@ class DeltaUpdate(UpdateContract):
         yield from rows_dropped(case, ("lens", "idx", "nacc", "inter_idx"))
         if case.lens and max(case.lens) > 1:
             yield r(case, lens=tuple(max(0, n - 1) for n in case.lens))
-        for extra in ({"perturb": None}, {"kda": False}, {"beta_per_v": False}, {"l2norm": False}, {"nacc": None},
-                      {"inter_rows": 0, "cache_steps": 0, "inter_idx": None}, {"idx_stride": case.cols},
-                      {"idx_2d": False}, {"layout": "vk"}, {"dtype": "float32"}, {"act_dtype": "float32"},
-                      {"group": 1}, {"heads": 1}, {"seed": 0}):
-            if any(getattr(case, key) != value for key, value in extra.items()):
-                yield r(case, **extra)
+        yield from extras_off(case, ({"perturb": None}, {"kda": False}, {"beta_per_v": False}, {"l2norm": False}, {"nacc": None},
+                                     {"inter_rows": 0, "cache_steps": 0, "inter_idx": None}, {"idx_stride": case.cols},
+                                     {"idx_2d": False}, {"layout": "vk"}, {"dtype": "float32"}, {"act_dtype": "float32"},
+                                     {"group": 1}, {"heads": 1}, {"seed": 0}))
         for dim in ("key_dim", "value_dim"):
             for size in sorted({4, getattr(case, dim) // 2}):
                 if 1 <= size < getattr(case, dim):
@@ -268,10 +245,7 @@ class DeltaUpdate(UpdateContract):
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
-        try:
-            n = self._narrowing(options)
-        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
-            n = self._narrowing({})
+        n = self._expected_narrowing(options)
         out = dict(self.buckets)
         out["rows"] = ("1", "2-3")
         out["spec"] = presence_buckets(n["spec"])

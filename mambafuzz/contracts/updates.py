@@ -143,6 +143,20 @@ def exact_or_seeded_pool(case, snapshot: np.ndarray, plan, inner: tuple[int, ...
     return slot_values(case.slots, inner, draw, case.dtype, device)
 
 
+def state_output(case, name: str, lead: str, values, bound) -> Output:
+    """A delta-rule pool or buffer (V-major values and bound) as the target holds it, in ``case.layout``:
+    within `bound` where written; where nothing is, exactly (as stored elements when nothing is written at
+    all: a bound of 0 everywhere is an exact Output, which compares bfloat16 as its bits).  `lead`: its
+    leading dimensions' names."""
+    dims = "HV, V, K" if case.layout == "vk" else "HV, K, V"
+    what = f"flat element {{i}} of {name} [{lead}, {dims}]"
+    if case.layout == "kv":
+        values, bound = values.transpose(-1, -2), bound.transpose(-1, -2)
+    if not bool(bound.any()):
+        return Output(name, as_stored(values, case.dtype), what=what)
+    return Output(name, values, atol=bound, what=what)
+
+
 def unchanged_inputs(args: dict, names: tuple[str, ...]) -> tuple[Output, ...]:
     """Every input among `names` must stay as it was, exactly: its value now, kept on its device
     (a bfloat16 one as its bits, as an exact ``Output`` compares it)."""
