@@ -32,7 +32,7 @@ from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNTS, HUGE, NO_YES, joined
 from .prefill import PrefillContract
 from .updates import (UPDATE_CLI_OPTIONS, ConvPoolContract, check_slot_pool, extras_off, one_of, pad_option,
-                      stored_tensor, to_float64, unchanged_inputs)
+                      stored_tensor, unchanged_inputs)
 
 # the inputs a prefill must leave exactly as they were
 UNCHANGED = ("x", "weight", "bias", "cache_indices", "has_initial_state", "query_start_loc", "initial_state_idx",
@@ -117,29 +117,16 @@ class ConvPrefill(PrefillContract, ConvPoolContract):
         import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
-        pool = self._pool(case, snapshot, starts)
-        x_raw, w_raw, b_raw = self._inputs(case)
-        x64 = to_float64(x_raw, case.dtype)
-        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
-        x_rows = [x64[cuts[b]:cuts[b + 1]].T for b in range(len(case.lens))]
+        pool, x_rows, weight64, bias64, (x_raw, w_raw, b_raw), _ = self._oracle_values(case, snapshot, starts)
         try:
-            got = expect_conv_prefill(pool, x_rows, to_float64(w_raw, case.dtype),
-                                      None if b_raw is None else to_float64(b_raw, case.dtype),
-                                      self._remapped(case, used, case.idx), case.has_init, silu=case.silu, pad=case.pad,
-                                      **self.columns(case))
+            got = expect_conv_prefill(pool, x_rows, weight64, bias64, self._remapped(case, used, case.idx),
+                                      case.has_init, silu=case.silu, pad=case.pad, **self.columns(case))
         except oracle.OracleError as exc:  # name slots as the case does, not as the compact pool
             raise oracle.OracleError(str(exc) + f" (slots as held: {list(map(int, used))})") from None
-        expected = snapshot.copy()
-        for k in sorted({s for row in got.stored for s in row}):
-            self._store(case, expected, int(starts[k]), got.pool[k])
+        expected = self._expected(case, snapshot, starts, got.pool, {s for row in got.stored for s in row})
 
         x = stored_tensor(x_raw.reshape(sum(case.lens), case.dim), case.dtype, device)
-        weight = stored_tensor(w_raw.reshape(case.dim, case.width), case.dtype, device)
-        bias = None if b_raw is None else stored_tensor(b_raw, case.dtype, device)
-        flat = arena[case.offset:case.offset + case.slots * case.slot_stride].view(getattr(torch, case.dtype))
-        per_slot = case.slot_stride // case.elem
-        strides = (per_slot, 1, case.dim) if case.layout == "dim" else (per_slot, case.state_len, 1)
-        conv_state = flat.as_strided((case.slots, case.dim, case.state_len), strides)
+        conv_state, weight, bias = self._tensors(case, arena, w_raw, b_raw, device)
         args = self.in_order(self.row_args(case, device) | {
             "x": x, "conv_state": conv_state, "weight": weight, "bias": bias,
             "out": torch.full_like(x, float("nan"))})

@@ -32,7 +32,7 @@ from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
 from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, VARLEN, ConvPoolContract, allowed,
                       check_int32_indices, check_slot_pool, extras_off, int_tensor, min_accepted_option, nacc_buckets,
-                      one_of, pad_option, presence, presence_buckets, rows_dropped, table_tensor, to_float64,
+                      one_of, pad_option, presence, presence_buckets, rows_dropped, stored_tensor, table_tensor,
                       unchanged_inputs)
 
 
@@ -133,40 +133,21 @@ class ConvUpdate(ConvPoolContract):
         import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
-        pool = self._pool(case, snapshot, starts)
-        x_raw, w_raw, b_raw = self._inputs(case)
-        x64 = to_float64(x_raw, case.dtype)
-        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
-        x_rows = [x64[cuts[b]:cuts[b + 1]].T for b in range(len(case.lens))]
-        remapped = self._remapped(case, used, case.idx)
+        pool, x_rows, weight64, bias64, (x_raw, w_raw, b_raw), cuts = self._oracle_values(case, snapshot, starts)
         try:
-            got = expect_conv_update(pool, x_rows, to_float64(w_raw, case.dtype),
-                                     None if b_raw is None else to_float64(b_raw, case.dtype), remapped,
+            got = expect_conv_update(pool, x_rows, weight64, bias64, self._remapped(case, used, case.idx),
                                      nacc=case.nacc, init=case.init, last=case.last, silu=case.silu, pad=case.pad)
         except oracle.OracleError as exc:  # name slots as the case does, not as the compact pool
             raise oracle.OracleError(str(exc) + f" (slots as held: {list(map(int, used))})") from None
-        expected = snapshot.copy()
-        for k in sorted({s for s in got.stored if s is not None}):
-            self._store(case, expected, int(starts[k]), got.pool[k])
-
-        tdtype = getattr(torch, case.dtype)
-        def tensor(raw, shape):
-            t = torch.from_numpy(np.ascontiguousarray(raw).reshape(shape).copy())
-            return (t.view(torch.bfloat16) if case.dtype == "bfloat16" else t).to(device)
+        expected = self._expected(case, snapshot, starts, got.pool, {s for s in got.stored if s is not None})
 
         rows = len(case.lens)
         if case.varlen:
-            x = tensor(x_raw, (sum(case.lens), case.dim))
+            x = stored_tensor(x_raw.reshape(sum(case.lens), case.dim), case.dtype, device)
         else:
             length = case.lens[0] if rows else 0
-            x = tensor(x_raw.reshape(rows, length, case.dim).transpose(0, 2, 1), (rows, case.dim, length))
-        weight = tensor(w_raw, (case.dim, case.width))
-        bias = None if b_raw is None else tensor(b_raw, (case.dim,))
-        nbytes = case.slots * case.slot_stride
-        flat = arena[case.offset:case.offset + nbytes].view(tdtype)
-        per_slot = case.slot_stride // case.elem
-        strides = (per_slot, 1, case.dim) if case.layout == "dim" else (per_slot, case.state_len, 1)
-        conv_state = flat.as_strided((case.slots, case.dim, case.state_len), strides)
+            x = stored_tensor(x_raw.reshape(rows, length, case.dim).transpose(0, 2, 1), case.dtype, device)
+        conv_state, weight, bias = self._tensors(case, arena, w_raw, b_raw, device)
         ints = lambda values: int_tensor(values, device)
         qsl = ints(cuts.tolist()) if case.varlen else None
         out = torch.full_like(x, float("nan"))

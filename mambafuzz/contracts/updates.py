@@ -413,6 +413,36 @@ class ConvPoolContract(UpdateContract):
         raw = from_float64(state.T if case.layout == "dim" else state, case.dtype)
         expected[start:start + case.slot_bytes] = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
 
+    def _oracle_values(self, case, snapshot: np.ndarray, starts):
+        """What the conv oracles take, float64: the held slots' states, each row's tokens [dim, L], the weight
+        and the bias (None without); then the stored x, weight and bias (``_inputs``) and the rows' starts."""
+        pool = self._pool(case, snapshot, starts)
+        x_raw, w_raw, b_raw = self._inputs(case)
+        x64 = to_float64(x_raw, case.dtype)
+        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+        x_rows = [x64[cuts[b]:cuts[b + 1]].T for b in range(len(case.lens))]
+        bias = None if b_raw is None else to_float64(b_raw, case.dtype)
+        return pool, x_rows, to_float64(w_raw, case.dtype), bias, (x_raw, w_raw, b_raw), cuts
+
+    def _expected(self, case, snapshot: np.ndarray, starts, pool: np.ndarray, stored) -> np.ndarray:
+        """The snapshot with the oracle's new states of the held slots `stored` (places in ``starts``)."""
+        expected = snapshot.copy()
+        for k in sorted(stored):
+            self._store(case, expected, int(starts[k]), pool[k])
+        return expected
+
+    def _tensors(self, case, arena, w_raw, b_raw, device):
+        """The pool as the target sees it (a [slots, dim, SL] view of the arena in the case's layout), the
+        weight and the bias (None without)."""
+        import torch  # deferred: torch takes seconds to import
+
+        flat = arena[case.offset:case.offset + case.slots * case.slot_stride].view(getattr(torch, case.dtype))
+        per_slot = case.slot_stride // case.elem
+        strides = (per_slot, 1, case.dim) if case.layout == "dim" else (per_slot, case.state_len, 1)
+        conv_state = flat.as_strided((case.slots, case.dim, case.state_len), strides)
+        weight = stored_tensor(w_raw.reshape(case.dim, case.width), case.dtype, device)
+        return conv_state, weight, None if b_raw is None else stored_tensor(b_raw, case.dtype, device)
+
     def _inputs(self, case):
         """x ([T, dim], the rows' tokens one after another), weight, bias as stored elements, from the seed."""
         rng = np.random.default_rng((case.seed, 11))
