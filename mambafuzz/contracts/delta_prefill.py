@@ -28,7 +28,7 @@ from mambafuzz.oracle.delta_prefill import expect_delta_prefill, plan_delta_pref
 
 from .base import Argument, Image, Output, Prepared
 from .conv_prefill import CLI_OPTIONS as CONV_PREFILL_OPTIONS
-from .delta_update import GATE, STATE_LAYOUT
+from .delta_update import GATE, STATE_LAYOUT, TOKEN_ARGUMENTS, TOKEN_OPTIONS
 from .features import COUNTS, NO_YES, joined
 from .prefill import PrefillContract
 from .updates import (UPDATE_CLI_OPTIONS, allowed, as_tensors, extras_off, from_float64, one_of, oracle_input,
@@ -48,11 +48,7 @@ class DeltaPrefill(PrefillContract):
     summary = ("gated delta rule prefill (GDN / KDA): start from idx[n, init] (or zeros), scan the chunk, store "
                "the state at each block boundary crossed and the final one")
     arguments = (
-        Argument("q", "act dtype", "[T, H, K]", "queries, sequences packed"),
-        Argument("k", "act dtype", "[T, H, K]", "keys"),
-        Argument("v", "act dtype", "[T, HV, V]", "values; HV a multiple of H (head hv uses key head hv // (HV/H))"),
-        Argument("g", "act dtype", "[T, HV] or [T, HV, K]", "log decay: per head (GDN) or per K (KDA)"),
-        Argument("beta", "act dtype", "[T, HV] or [T, HV, V]", "per head, or per V"),
+        *TOKEN_ARGUMENTS,
         Argument("ssm_state", "float32, float16 or bfloat16", "[S, HV, V, K] or [S, HV, K, V]",
                  "the pool, updated in place (state_layout says which)"),
         Argument("cu_seqlens", "int32", "[N + 1]", "sequence n's tokens are cu[n]:cu[n+1] (0 allowed)"),
@@ -69,10 +65,7 @@ class DeltaPrefill(PrefillContract):
         Argument("out", "act dtype", "[T, HV, V]", "the outputs to write (skipped sequences: anything)"),
     )
     options = (
-        Argument("scale", "float", "", "q's scale (K ** -0.5)"),
-        Argument("use_qk_l2norm_in_kernel", "bool", "", "l2-normalise q and k (x / sqrt(sum x^2 + 1e-6))"),
-        Argument("state_layout", "str", "", "'vk' (V-major [.., V, K]) or 'kv' (K-major [.., K, V])"),
-        Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
+        *TOKEN_OPTIONS,
         Argument("block_size", "int", "", "prefix caching: tokens per block (0 without)"),
         Argument("output_final_state", "bool", "", "whether the final state is stored (False: no store of it)"),
         Argument("max_seqlen", "int", "", "the longest sequence's token count"),

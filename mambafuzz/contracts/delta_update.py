@@ -53,16 +53,29 @@ PAD_ROWS = CliOption("pad_rows", ("drawn", "never"), "drawn",
                      "fused_recurrent_gated_delta_rule checks no pad: it would read and store slot -1)")
 
 
+# what the delta-rule contracts (this one and delta_prefill) take alike: the packed tokens, q's scale, the
+# l2 norm, the pool layout and the pad
+TOKEN_ARGUMENTS = (
+    Argument("q", "act dtype", "[T, H, K]", "queries, sequences packed"),
+    Argument("k", "act dtype", "[T, H, K]", "keys"),
+    Argument("v", "act dtype", "[T, HV, V]", "values; HV a multiple of H (head hv uses key head hv // (HV/H))"),
+    Argument("g", "act dtype", "[T, HV] or [T, HV, K]", "log decay: per head (GDN) or per K (KDA)"),
+    Argument("beta", "act dtype", "[T, HV] or [T, HV, V]", "per head, or per V"),
+)
+TOKEN_OPTIONS = (
+    Argument("scale", "float", "", "q's scale (K ** -0.5)"),
+    Argument("use_qk_l2norm_in_kernel", "bool", "", "l2-normalise q and k (x / sqrt(sum x^2 + 1e-6))"),
+    Argument("state_layout", "str", "", "'vk' (V-major [.., V, K]) or 'kv' (K-major [.., K, V])"),
+    Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
+)
+
+
 class DeltaUpdate(UpdateContract):
     name = "delta_update"
     case_type = DeltaUpdateCase
     summary = "gated delta rule step (GDN / KDA): read idx[n, max(nacc - 1, 0)], update per token, store"
     arguments = (
-        Argument("q", "act dtype", "[T, H, K]", "queries, sequences packed"),
-        Argument("k", "act dtype", "[T, H, K]", "keys"),
-        Argument("v", "act dtype", "[T, HV, V]", "values; HV a multiple of H (head hv uses key head hv // (HV/H))"),
-        Argument("g", "act dtype", "[T, HV] or [T, HV, K]", "log decay: per head (GDN) or per K (KDA)"),
-        Argument("beta", "act dtype", "[T, HV] or [T, HV, V]", "per head, or per V"),
+        *TOKEN_ARGUMENTS,
         Argument("initial_state", "float32, float16 or bfloat16", "[S, HV, V, K] or [S, HV, K, V]",
                  "the pool, updated in place (state_layout says which)"),
         Argument("cu_seqlens", "int32", "[N + 1]", "sequence n's tokens are cu[n]:cu[n+1]"),
@@ -76,10 +89,7 @@ class DeltaUpdate(UpdateContract):
         Argument("out", "act dtype", "[T, HV, V]", "the outputs to write (skipped sequences: anything)"),
     )
     options = (
-        Argument("scale", "float", "", "q's scale (K ** -0.5)"),
-        Argument("use_qk_l2norm_in_kernel", "bool", "", "l2-normalise q and k (x / sqrt(sum x^2 + 1e-6))"),
-        Argument("state_layout", "str", "", "'vk' (V-major [.., V, K]) or 'kv' (K-major [.., K, V])"),
-        Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
+        *TOKEN_OPTIONS,
         Argument("cache_steps", "int", "", "the buffer's steps per row (0: no buffer)"),
         Argument("max_query_len", "int", "", "the longest sequence's token count"),
     )

@@ -32,7 +32,7 @@ from mambafuzz.oracle.ssm_prefill import expect_ssm_prefill, plan_ssm_prefill
 from .base import Argument, CliOption, Image, Output, Prepared, host_array
 from .features import COUNTS, HUGE, NO_YES, joined
 from .prefill import PrefillContract
-from .updates import (DRAWN, PAD, PRESENCE, allowed, as_stored, as_tensors, check_slot_pool, exact_or_seeded_pool,
+from .updates import (DRAWN, PAD, PRESENCE, SsmPoolContract, allowed, as_stored, as_tensors, exact_or_seeded_pool,
                       extras_off, finite_values, from_float64, one_of, oracle_input, pad_option, padded_rows,
                       presence, presence_buckets, stored_tensor, unchanged_inputs)
 
@@ -50,7 +50,7 @@ HAS_DT_BIAS = CliOption("has_dt_bias", PRESENCE, DRAWN, "dt_bias given: drawn pe
 CLI_OPTIONS = (PAD, BLOCK_MULTIPLE, CACHE_MODE, HAS_DT_BIAS)
 
 
-class SsmPrefill(PrefillContract):
+class SsmPrefill(PrefillContract, SsmPoolContract):
     name = "ssm_prefill"
     case_type = SsmPrefillCase
     summary = ("Mamba2 chunked-scan prefill: read idx[b, init] (or zeros), scan the chunk, store the state at "
@@ -81,7 +81,7 @@ class SsmPrefill(PrefillContract):
         Argument("block_size", "int", "", "prefix caching: tokens per block (0 without)"),
     )
     cli_options = CLI_OPTIONS
-    table_arg, starts_arg = "cache_indices", "cu_seqlens"
+    table_arg, starts_arg, head_rows = "cache_indices", "cu_seqlens", "headdim"
     max_arena = MAX_SPARSE_ARENA
     buckets = {
         "rows": COUNTS, "cache_mode": ("none", "all"), "columns": ("none", "derived", "arbitrary"),
@@ -110,25 +110,8 @@ class SsmPrefill(PrefillContract):
         return self.admits_cache(case, n) and allowed(case.has_dt_bias, n["dt_bias"])
 
     # ------------------------------------------------------------ memory
-    def _check(self, case: SsmPrefillCase) -> None:
-        if case.exact:
-            check_slot_pool(case)
-        elif case.offset or case.slot_stride != case.slot_bytes:
-            raise oracle.OracleError("a pool of its own (not exact) has no offset and no slot padding")
-        elif case.slots * case.slot_bytes > 1 << 30:
-            raise oracle.OracleError(f"a pool of its own takes {case.slots * case.slot_bytes} bytes, more than 1 GiB")
-        if case.exact and case.softplus:
-            raise oracle.OracleError("an exact case has no softplus")
-        if case.heads % case.groups:
-            raise oracle.OracleError(f"heads {case.heads} must be a multiple of groups {case.groups}")
+    def check(self, case: SsmPrefillCase) -> None:
         self.check_rows(case)
-
-    def image(self, case: SsmPrefillCase) -> Image:
-        self._check(case)
-        return self.slot_image(case)
-
-    def pool_in_arena(self, case: SsmPrefillCase) -> bool:
-        return case.exact  # else the pool is a tensor of its own, compared within the bound
 
     def slot_fill(self, rng, n: int, case: SsmPrefillCase) -> np.ndarray:
         """Multiples of 1/4 in [-4, 4] as the pool's dtype (sums of the exact terms stay representable)."""
@@ -211,15 +194,6 @@ class SsmPrefill(PrefillContract):
         kwargs = {"dt_softplus": case.softplus} | self.row_kwargs(case)
         outputs = tuple(outputs) + unchanged_inputs(args, UNCHANGED)
         return Prepared(args, kwargs, expected, outputs=outputs)
-
-    def locate(self, case: SsmPrefillCase, offset: int) -> str:
-        slot, within = divmod(offset - case.offset, case.slot_stride)
-        if not case.exact or not 0 <= slot < case.slots or offset < case.offset:
-            return "outside the pool"
-        if within >= case.slot_bytes:
-            return f"slot {slot} padding byte {within - case.slot_bytes}"
-        head, rest = divmod(within // case.elem, case.headdim * case.dstate)
-        return f"slot {slot} head {head} headdim {rest // case.dstate} dstate {rest % case.dstate}"
 
     # ------------------------------------------------------------ shrinking
     def plan(self, case: SsmPrefillCase):

@@ -34,7 +34,7 @@ from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 
 from .base import Argument, CliOption, Image, Output, Prepared, host_array
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, VARLEN, UpdateContract, allowed,
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, VARLEN, SsmPoolContract, allowed,
                       as_stored, as_tensors, check_int32_indices, exact_or_seeded_pool, extras_off, finite_values,
                       from_float64, min_accepted_option, nacc_buckets, one_of, oracle_input, pad_option, padded_rows,
                       presence, presence_buckets, rows_dropped, stored_tensor, to_float64, unchanged_inputs)
@@ -58,7 +58,7 @@ HAS_DT_BIAS = CliOption("has_dt_bias", PRESENCE, DRAWN, "dt_bias given: drawn pe
                                                         "kernel needs it), or never")
 
 
-class SsmUpdate(UpdateContract):
+class SsmUpdate(SsmPoolContract):
     name = "ssm_update"
     case_type = SsmUpdateCase
     summary = "Mamba2 selective state update: read src[b, nacc - 1], scan the tokens, store to dst[b, t]"
@@ -121,17 +121,8 @@ class SsmUpdate(UpdateContract):
                 and not (n["one_token"] and not spec and max(case.lens, default=0) > 1))
 
     # ------------------------------------------------------------ memory
-    def _check(self, case: SsmUpdateCase) -> None:
+    def check(self, case: SsmUpdateCase) -> None:
         rows = len(case.lens)
-        if case.offset % case.elem or case.slot_stride % case.elem or case.slot_stride < case.slot_bytes:
-            raise oracle.OracleError("the pool's offset and slot stride must be multiples of the element size, "
-                                     "the stride at least a slot's bytes")
-        if not case.exact and (case.offset or case.slot_stride != case.slot_bytes):
-            raise oracle.OracleError("a pool of its own (not exact) has no offset and no slot padding")
-        if not case.exact and case.slots * case.slot_bytes > 1 << 30:
-            raise oracle.OracleError(f"a pool of its own takes {case.slots * case.slot_bytes} bytes, more than 1 GiB")
-        if case.heads % case.groups:
-            raise oracle.OracleError(f"heads {case.heads} must be a multiple of groups {case.groups}")
         if len(case.src) != rows or (case.dst is not None and (len(case.dst) != rows or
                                                                 len(case.dst[0]) != case.cols)):
             raise oracle.OracleError("src and dst need one row per row of lens, with as many columns")
@@ -141,19 +132,7 @@ class SsmUpdate(UpdateContract):
             raise oracle.OracleError("the index rows must be at least (C - 1) * column stride + 1 apart")
         if not case.varlen and any(n != 1 for n in case.lens):
             raise oracle.OracleError("rows of a batch (not varlen) have one token each")
-        if case.exact and case.softplus:
-            raise oracle.OracleError("an exact case has no softplus")
         check_int32_indices((case.src, case.dst))
-        end = case.offset + case.slots * case.slot_stride if case.exact else 1
-        if end > case.arena_size:
-            raise oracle.OracleError(f"the pool ends at byte {end}, past the arena's {case.arena_size}")
-
-    def image(self, case: SsmUpdateCase) -> Image:
-        self._check(case)
-        return self.slot_image(case)
-
-    def pool_in_arena(self, case: SsmUpdateCase) -> bool:
-        return case.exact  # else the pool is a tensor of its own, compared within a tolerance
 
     def slot_fill(self, rng, n: int, case: SsmUpdateCase) -> np.ndarray:
         """Multiples of 1/8 in [-4, 4] as the pool's dtype (a sum with the exact increments stays representable)."""
@@ -282,15 +261,6 @@ class SsmUpdate(UpdateContract):
         care = np.broadcast_to(got.out_care[b, t][:, None, None], tuple(want.shape)).copy()
         what = "flat element {i} of out" + (" [T, H, D]" if case.varlen else " [B, H, D]")
         return Output("out", want, atol=bound, what=what, care=care)
-
-    def locate(self, case: SsmUpdateCase, offset: int) -> str:
-        slot, within = divmod(offset - case.offset, case.slot_stride)
-        if not case.exact or not 0 <= slot < case.slots or offset < case.offset:
-            return "outside the pool"
-        if within >= case.slot_bytes:
-            return f"slot {slot} padding byte {within - case.slot_bytes}"
-        head, rest = divmod(within // case.elem, case.dim * case.dstate)
-        return f"slot {slot} head {head} dim {rest // case.dstate} dstate {rest % case.dstate}"
 
     # ------------------------------------------------------------ shrinking
     def plan(self, case: SsmUpdateCase):

@@ -462,3 +462,47 @@ class ConvPoolContract(UpdateContract):
         first, second = divmod(elem, case.dim if case.layout == "dim" else case.state_len)
         dim, col = (second, first) if case.layout == "dim" else (first, second)
         return f"slot {slot} channel {dim} column {col}"
+
+
+class SsmPoolContract(UpdateContract):
+    """What the SSM contracts (``ssm_update``, ``ssm_prefill``) share on top: a pool of ``[slots, heads,
+    <head_rows>, dstate]`` elements that lives in the arena only in ``exact`` cases (values any order of fp32
+    math keeps exact: compared byte for byte), else a tensor of its own compared within the bound; its
+    checks, ``image`` and ``locate``.  A contract names the field of a head's rows (``head_rows``) and
+    declares ``check`` (its own geometry's)."""
+
+    head_rows = "dim"
+
+    def check(self, case) -> None:
+        raise NotImplementedError
+
+    def check_pool(self, case) -> None:
+        """OracleError unless the pool fits: in the arena (exact), else a pool of its own of at most 1 GiB
+        with no offset or padding; no softplus in an exact case; heads a multiple of groups."""
+        if case.exact:
+            check_slot_pool(case)
+        elif case.offset or case.slot_stride != case.slot_bytes:
+            raise oracle.OracleError("a pool of its own (not exact) has no offset and no slot padding")
+        elif case.slots * case.slot_bytes > 1 << 30:
+            raise oracle.OracleError(f"a pool of its own takes {case.slots * case.slot_bytes} bytes, more than 1 GiB")
+        if case.exact and case.softplus:
+            raise oracle.OracleError("an exact case has no softplus")
+        if case.heads % case.groups:
+            raise oracle.OracleError(f"heads {case.heads} must be a multiple of groups {case.groups}")
+
+    def image(self, case) -> Image:
+        self.check_pool(case)
+        self.check(case)
+        return self.slot_image(case)
+
+    def pool_in_arena(self, case) -> bool:
+        return case.exact  # else the pool is a tensor of its own, compared within the bound
+
+    def locate(self, case, offset: int) -> str:
+        slot, within = divmod(offset - case.offset, case.slot_stride)
+        if not case.exact or not 0 <= slot < case.slots or offset < case.offset:
+            return "outside the pool"
+        if within >= case.slot_bytes:
+            return f"slot {slot} padding byte {within - case.slot_bytes}"
+        head, rest = divmod(within // case.elem, getattr(case, self.head_rows) * case.dstate)
+        return f"slot {slot} head {head} {self.head_rows} {rest // case.dstate} dstate {rest % case.dstate}"
