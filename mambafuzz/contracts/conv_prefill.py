@@ -165,14 +165,7 @@ class ConvPrefill(PrefillContract, ConvPoolContract):
             yield self._resized(case, state_len=case.width - 1)
         if case.width > 2:
             yield self._resized(case, width=case.width - 1, state_len=max(case.state_len - 1, 1))
-        for dim in sorted({1, case.dim // 2, case.dim - 1}):
-            if 1 <= dim < case.dim:
-                yield self._resized(case, dim=dim)
-        if case.dtype != "float32":
-            yield self._resized(case, dtype="float32")
-        if case.slot_stride > case.slot_bytes or case.offset:
-            yield self._resized(case, padded=False)
-        yield from self._renumbered(case)
+        yield from self._narrower(case)
 
     # ------------------------------------------------------------ coverage
     def features(self, case: ConvPrefillCase) -> dict[str, str]:

@@ -19,7 +19,6 @@ the pool over as its own tensor, an in-place output.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Iterator
 
 import numpy as np
@@ -207,20 +206,7 @@ class SsmPrefill(PrefillContract, SsmPoolContract):
         yield from self._no_initial_states(case)
         yield from extras_off(case, ({"perturb": None}, {"has_dt_bias": False}, {"softplus": False},
                                      {"idx_stride": case.cols}, {"idx_2d": case.cols > 1}, {"seed": 0}))
-        for field in ("heads", "headdim", "dstate"):
-            value = getattr(case, field)
-            for smaller in sorted({1, value // 2, value - 1}):
-                if 1 <= smaller < value:
-                    groups = case.groups if field != "heads" else (case.groups if smaller % case.groups == 0 else 1)
-                    yield self._resized(case, **{field: smaller, "groups": groups})
-        if case.groups > 1:
-            yield dataclasses.replace(case, groups=1)
-        for name in ("dtype", "io_dtype"):
-            if getattr(case, name) != "float32":
-                yield self._resized(case, **{name: "float32"})
-        if case.exact and (case.slot_stride > case.slot_bytes or case.offset):
-            yield self._resized(case, padded=False)
-        yield from self._renumbered(case)
+        yield from self._smaller_state(case)
 
     # ------------------------------------------------------------ coverage
     def features(self, case: SsmPrefillCase) -> dict[str, str]:

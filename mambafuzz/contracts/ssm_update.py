@@ -277,20 +277,7 @@ class SsmUpdate(SsmPoolContract):
                                      {"idx_col_stride": 1, "idx_row_stride": case.cols}, {"seed": 0}))
         if case.varlen and all(k == 1 for k in case.lens):
             yield r(case, varlen=False)
-        for field in ("heads", "dim", "dstate"):
-            value = getattr(case, field)
-            for smaller in sorted({1, value // 2, value - 1}):
-                if 1 <= smaller < value:
-                    groups = case.groups if field != "heads" else (case.groups if smaller % case.groups == 0 else 1)
-                    yield self._resized(case, **{field: smaller, "groups": groups})
-        if case.groups > 1:
-            yield r(case, groups=1)
-        for name in ("dtype", "io_dtype"):
-            if getattr(case, name) != "float32":
-                yield self._resized(case, **{name: "float32"})
-        if case.exact and (case.slot_stride > case.slot_bytes or case.offset):
-            yield self._resized(case, padded=False)
-        yield from self._renumbered(case)
+        yield from self._smaller_state(case)
 
     # ------------------------------------------------------------ coverage
     def features(self, case: SsmUpdateCase) -> dict[str, str]:

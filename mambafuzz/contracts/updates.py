@@ -443,6 +443,18 @@ class ConvPoolContract(UpdateContract):
         weight = stored_tensor(w_raw.reshape(case.dim, case.width), case.dtype, device)
         return conv_state, weight, None if b_raw is None else stored_tensor(b_raw, case.dtype, device)
 
+    def _narrower(self, case):
+        """Shrink steps: fewer channels (1, half, one fewer), float32, no slot padding or offset; the slots
+        renumbered low."""
+        for dim in sorted({1, case.dim // 2, case.dim - 1}):
+            if 1 <= dim < case.dim:
+                yield self._resized(case, dim=dim)
+        if case.dtype != "float32":
+            yield self._resized(case, dtype="float32")
+        if case.slot_stride > case.slot_bytes or case.offset:
+            yield self._resized(case, padded=False)
+        yield from self._renumbered(case)
+
     def _inputs(self, case):
         """x ([T, dim], the rows' tokens one after another), weight, bias as stored elements, from the seed."""
         rng = np.random.default_rng((case.seed, 11))
@@ -497,6 +509,24 @@ class SsmPoolContract(UpdateContract):
 
     def pool_in_arena(self, case) -> bool:
         return case.exact  # else the pool is a tensor of its own, compared within the bound
+
+    def _smaller_state(self, case):
+        """Shrink steps: a smaller state (heads, a head's rows, dstate: 1, half, one fewer; groups following),
+        one group, float32 state and io, no slot padding; the slots renumbered low."""
+        for field in ("heads", self.head_rows, "dstate"):
+            value = getattr(case, field)
+            for smaller in sorted({1, value // 2, value - 1}):
+                if 1 <= smaller < value:
+                    groups = case.groups if field != "heads" else (case.groups if smaller % case.groups == 0 else 1)
+                    yield self._resized(case, **{field: smaller, "groups": groups})
+        if case.groups > 1:
+            yield dataclasses.replace(case, groups=1)
+        for name in ("dtype", "io_dtype"):
+            if getattr(case, name) != "float32":
+                yield self._resized(case, **{name: "float32"})
+        if case.exact and (case.slot_stride > case.slot_bytes or case.offset):
+            yield self._resized(case, padded=False)
+        yield from self._renumbered(case)
 
     def locate(self, case, offset: int) -> str:
         slot, within = divmod(offset - case.offset, case.slot_stride)

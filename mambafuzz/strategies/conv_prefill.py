@@ -23,7 +23,7 @@ from mambafuzz.contracts.cases.conv_prefill import DTYPES, LAYOUTS, ConvPrefillC
 from .perturb import maybe_perturb
 from .prefill import block_table, place_far_slot, row_columns, table_columns
 from .profiles import Profile
-from .updates import far_slot
+from .updates import arena_pool, far_slot
 
 
 def _limits(profile: Profile) -> dict:
@@ -84,13 +84,10 @@ def conv_prefill_cases(draw, profile: Profile, pad: int = -1, max_width: int = 6
 
     state_len = width - 1 + draw(st.sampled_from([0, 0, 0, 1, 3]))
     slot_bytes = dim * state_len * elem
-    slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
-    offset = elem * draw(st.integers(0, 16))
-    huge_n = lim["huge_one_in"]
-    if huge_n and draw(st.integers(0, huge_n - 1)) == 0:
-        top_slot = far_slot(draw, elem, offset, slot_stride)
-        if place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
-            slot_count = top_slot + 1
+    slot_stride, offset = arena_pool(draw, slot_bytes, elem)
+    top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride)
+    if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
+        slot_count = top_slot + 1
     idx_stride = cols + draw(st.sampled_from([0, 0, 1, 3]))
     arena = offset + slot_count * slot_stride + 64
     inits, firsts, lasts = zip(*columns)

@@ -23,7 +23,7 @@ from mambafuzz.contracts.cases.conv_update import DTYPES, LAYOUTS, ConvUpdateCas
 from .narrow import presence
 from .perturb import maybe_perturb
 from .profiles import Profile
-from .updates import far_slot
+from .updates import arena_pool, far_slot
 
 
 def _limits(profile: Profile) -> dict:
@@ -84,11 +84,9 @@ def conv_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int =
         idx[1] = tuple(idx[0][last[0]] if c == last[1] else v for c, v in enumerate(idx[1]))
 
     slot_bytes = dim * state_len * elem
-    slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
-    offset = elem * draw(st.integers(0, 16))
-    huge_n = lim["huge_one_in"]
-    if huge_n and draw(st.integers(0, huge_n - 1)) == 0:
-        top_slot = far_slot(draw, elem, offset, slot_stride)
+    slot_stride, offset = arena_pool(draw, slot_bytes, elem)
+    top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride)
+    if top_slot is not None:
         live = []  # the entries a correct step reads or stores (a pad row's or an empty row's do nothing)
         for b in range(rows):
             if idx[b][init[b]] == pad or lens[b] == 0:

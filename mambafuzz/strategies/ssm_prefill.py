@@ -22,7 +22,7 @@ from mambafuzz.contracts.cases.ssm_prefill import DTYPES, SsmPrefillCase
 from .perturb import maybe_perturb
 from .prefill import block_table, place_far_slot, row_columns, table_columns
 from .profiles import Profile
-from .updates import far_slot
+from .updates import arena_pool, far_slot
 
 EXACT_TOKENS = 96  # an exact row's |state| stays under 4 + L / 2 in quarters: 8 significant bits
 SSM_ROW_KINDS = ("live", "live", "live", "pad", "pad", "pad_dst", "spare_pad")  # pad rows twice as often
@@ -97,13 +97,10 @@ def ssm_prefill_cases(draw, profile: Profile, pad: int = -1, block_multiple: int
     slot_bytes = heads * headdim * dstate * elem
     slot_stride, offset = slot_bytes, 0
     if exact:
-        slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
-        offset = elem * draw(st.integers(0, 16))
-        huge_n = lim["huge_one_in"]
-        if huge_n and draw(st.integers(0, huge_n - 1)) == 0:
-            top_slot = far_slot(draw, elem, offset, slot_stride, round_up=True)
-            if place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
-                slot_count = top_slot + 1
+        slot_stride, offset = arena_pool(draw, slot_bytes, elem)
+        top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride, round_up=True)
+        if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
+            slot_count = top_slot + 1
     idx_stride = cols + draw(st.sampled_from([0, 0, 1, 3]))
     arena = offset + slot_count * slot_stride + 64 if exact else 64
     inits, firsts, lasts = zip(*columns)

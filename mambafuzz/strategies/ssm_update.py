@@ -24,7 +24,7 @@ from mambafuzz.contracts.cases.ssm_update import DTYPES, SsmUpdateCase
 from .narrow import presence
 from .perturb import maybe_perturb
 from .profiles import Profile
-from .updates import far_slot
+from .updates import arena_pool, far_slot
 
 
 def _limits(profile: Profile) -> dict:
@@ -99,10 +99,9 @@ def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 
     elem = DTYPES[dtype]
     slot_stride, offset = slot_bytes, 0
     if exact:  # the pool lives in the arena: padded slots, an offset, maybe past 2 GiB
-        slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
-        offset = elem * draw(st.integers(0, 16))
-        if lim["huge_one_in"] and draw(st.integers(0, lim["huge_one_in"] - 1)) == 0:
-            top_slot = far_slot(draw, elem, offset, slot_stride, round_up=True)
+        slot_stride, offset = arena_pool(draw, slot_bytes, elem)
+        top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride, round_up=True)
+        if top_slot is not None:
             used = []  # the entries a correct step reads or stores (a pad row's or an empty row's do nothing)
             for b in range(rows):
                 read_col = max(nacc[b] - 1, 0) if spec else 0
