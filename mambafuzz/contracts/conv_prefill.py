@@ -30,7 +30,7 @@ from mambafuzz.oracle.conv_prefill import conv_prefill_tolerance, expect_conv_pr
 
 from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNTS, HUGE, NO_YES, joined
-from .prefill import PrefillContract
+from .prefill import BLOCK_SIZE, PrefillContract, column_arguments
 from .updates import (UPDATE_CLI_OPTIONS, ConvPoolContract, check_slot_pool, extras_off, one_of, pad_option,
                       stored_tensor, unchanged_inputs)
 
@@ -69,19 +69,13 @@ class ConvPrefill(PrefillContract, ConvPoolContract):
                  "row b's block table (slots); the pad value means none"),
         Argument("has_initial_state", "bool", "[B]", "row b starts from its initial block's window (else zeros)"),
         Argument("query_start_loc", "int32", "[B + 1]", "row b's tokens are x[qsl[b]:qsl[b+1]] (0 allowed)"),
-        Argument("initial_state_idx", "int32 or None", "[B]", "prefix caching: the table column read"),
-        Argument("block_idx_first_scheduled_token", "int32 or None", "[B]",
-                 "prefix caching: the column of the first block boundary's window"),
-        Argument("block_idx_last_scheduled_token", "int32 or None", "[B]",
-                 "prefix caching: the column the final window goes to"),
-        Argument("num_computed_tokens", "int32 or None", "[B]",
-                 "prefix caching: tokens computed before the chunk (where its boundaries fall)"),
+        *column_arguments("B", "window"),
         Argument("out", "state dtype", "as x", "the outputs to write (skipped rows: anything)"),
     )
     options = (
         Argument("activation", "str or None", "", "'silu' or None"),
         Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
-        Argument("block_size", "int", "", "prefix caching: tokens per block (0 without)"),
+        BLOCK_SIZE,
     )
     cli_options = CLI_OPTIONS
     packed_only = False  # every renumbering step, as conv_update (a kernel reading a slot's neighbour finds one)

@@ -30,7 +30,7 @@ from .base import Argument, Image, Output, Prepared
 from .conv_prefill import CLI_OPTIONS as CONV_PREFILL_OPTIONS
 from .delta_update import GATE, STATE_LAYOUT, TOKEN_ARGUMENTS, TOKEN_OPTIONS
 from .features import COUNTS, NO_YES, joined
-from .prefill import PrefillContract
+from .prefill import BLOCK_SIZE, PrefillContract, column_arguments
 from .updates import (UPDATE_CLI_OPTIONS, allowed, as_tensors, extras_off, from_float64, one_of, oracle_input,
                       pad_option, presence_buckets, slot_values, state_output, stored_tensor, to_float64,
                       unchanged_inputs)
@@ -55,18 +55,12 @@ class DeltaPrefill(PrefillContract):
         Argument("ssm_state_indices", "int32", "[N] or [N, M] (row stride >= M)",
                  "sequence n's block table (slots); the pad value means none"),
         Argument("has_initial_state", "bool", "[N]", "sequence n starts from its initial slot's state (else zeros)"),
-        Argument("initial_state_idx", "int32 or None", "[N]", "prefix caching: the table column read"),
-        Argument("block_idx_first_scheduled_token", "int32 or None", "[N]",
-                 "prefix caching: the column of the first block boundary's state"),
-        Argument("block_idx_last_scheduled_token", "int32 or None", "[N]",
-                 "prefix caching: the column the final state goes to"),
-        Argument("num_computed_tokens", "int32 or None", "[N]",
-                 "prefix caching: tokens computed before the chunk (where its boundaries fall)"),
+        *column_arguments("N", "state"),
         Argument("out", "act dtype", "[T, HV, V]", "the outputs to write (skipped sequences: anything)"),
     )
     options = (
         *TOKEN_OPTIONS,
-        Argument("block_size", "int", "", "prefix caching: tokens per block (0 without)"),
+        BLOCK_SIZE,
         Argument("output_final_state", "bool", "", "whether the final state is stored (False: no store of it)"),
         Argument("max_seqlen", "int", "", "the longest sequence's token count"),
     )

@@ -16,11 +16,26 @@ import numpy as np
 from mambafuzz import oracle
 from mambafuzz.oracle.conv_prefill import boundary_offsets, derived_columns
 
+from .base import Argument
 from .features import COUNT_EDGES, bucket
 from .updates import UpdateContract, int_tensor, rows_dropped, table_tensor
 
 APC_COLUMNS = ("init", "first", "last", "computed")
 BLOCK_SIZES = ((1, "1"), (2, "2-7"), (8, "8-15"), (16, ">=16"))
+BLOCK_SIZE = Argument("block_size", "int", "", "prefix caching: tokens per block (0 without)")
+
+
+def column_arguments(rows: str, held: str) -> tuple[Argument, ...]:
+    """vLLM's prefix-caching column arguments, ``[rows]`` each; `held`: what a block boundary stores."""
+    return (
+        Argument("initial_state_idx", "int32 or None", f"[{rows}]", "prefix caching: the table column read"),
+        Argument("block_idx_first_scheduled_token", "int32 or None", f"[{rows}]",
+                 f"prefix caching: the column of the first block boundary's {held}"),
+        Argument("block_idx_last_scheduled_token", "int32 or None", f"[{rows}]",
+                 f"prefix caching: the column the final {held} goes to"),
+        Argument("num_computed_tokens", "int32 or None", f"[{rows}]",
+                 "prefix caching: tokens computed before the chunk (where its boundaries fall)"),
+    )
 
 
 class PrefillContract(UpdateContract):

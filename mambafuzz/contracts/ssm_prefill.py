@@ -30,7 +30,7 @@ from mambafuzz.oracle.ssm_prefill import expect_ssm_prefill, plan_ssm_prefill
 
 from .base import Argument, CliOption, Image, Output, Prepared, host_array
 from .features import COUNTS, HUGE, NO_YES, joined
-from .prefill import PrefillContract
+from .prefill import BLOCK_SIZE, PrefillContract, column_arguments
 from .updates import (DRAWN, PAD, PRESENCE, SsmPoolContract, allowed, as_stored, as_tensors, exact_or_seeded_pool,
                       extras_off, finite_values, from_float64, one_of, oracle_input, pad_option, padded_rows,
                       presence, presence_buckets, stored_tensor, unchanged_inputs)
@@ -66,18 +66,12 @@ class SsmPrefill(PrefillContract, SsmPoolContract):
                  "row b's block table (slots); the pad value means none"),
         Argument("has_initial_state", "bool", "[B]", "row b starts from its initial block's state (else zeros)"),
         Argument("cu_seqlens", "int32", "[B + 1]", "row b's tokens are x[cu[b]:cu[b+1]] (0 allowed)"),
-        Argument("initial_state_idx", "int32 or None", "[B]", "prefix caching: the table column read"),
-        Argument("block_idx_first_scheduled_token", "int32 or None", "[B]",
-                 "prefix caching: the column of the first block boundary's state"),
-        Argument("block_idx_last_scheduled_token", "int32 or None", "[B]",
-                 "prefix caching: the column the final state goes to"),
-        Argument("num_computed_tokens", "int32 or None", "[B]",
-                 "prefix caching: tokens computed before the chunk (where its boundaries fall)"),
+        *column_arguments("B", "state"),
     )
     options = (
         Argument("dt_softplus", "bool", "", "dt = softplus(dt + dt_bias)"),
         Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
-        Argument("block_size", "int", "", "prefix caching: tokens per block (0 without)"),
+        BLOCK_SIZE,
     )
     cli_options = CLI_OPTIONS
     table_arg, starts_arg, head_rows = "cache_indices", "cu_seqlens", "headdim"
