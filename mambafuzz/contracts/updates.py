@@ -3,7 +3,9 @@ finite values to fill slots with, pools of distinct values at the cost of one sl
 case's device for the kernel and the oracle, the pad and min-accepted options, the one-row-fewer
 shrink step, and ``UpdateContract``: the case code of a pool of slots (held slots, the arena image, index
 tables renumbered, the pool resized, validity) on cases of ``contracts.cases.updates.UpdateCase``
-(``ConvPoolContract``: what the conv contracts add)."""
+(``ConvPoolContract``: what the conv contracts add; ``SsmPoolContract``: what the SSM ones add).  The
+prefill contracts build on it too (``contracts/prefill.py``), so what a prefill shares with an update
+(the index table's tensor, packed rows, delta-rule pools, shrink steps) lives here."""
 from __future__ import annotations
 
 import dataclasses
