@@ -11,10 +11,8 @@ rows, timed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +21,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _contract_bench import commit as head, zoo_run  # noqa: E402
 
 from mambafuzz.oracle.conv_prefill import derived_columns, expect_conv_prefill  # noqa: E402
 
@@ -86,18 +87,11 @@ def measure(rows, dim, tokens, width, block_size, repeat=3):
 
 
 def zoo_seconds(pattern: str) -> tuple[float, dict]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("TRITON_INTERPRET", None)
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mambafuzz", "zoo", "--device", "cpu", "--seed", "1", "--target",
-                           pattern, "--database", "none", "--crashes-dir", "/tmp/conv-prefill-bench-crashes",
-                           "--json"], capture_output=True, text=True, env=env, cwd="/tmp")
-    seconds = time.perf_counter() - t0
-    doc = json.loads(proc.stdout)
+    seconds, targets = zoo_run(pattern, "/tmp/conv-prefill-bench-crashes")
     return seconds, {t["target"]: (t["caught"], t["finding"]["kind"] if t["finding"] else None,
                                    t["finding"]["examples_to_first"] if t["finding"] else None,
                                    round(t["finding"]["seconds_to_first"], 2) if t["finding"] else None,
-                                   round(t["seconds"], 1)) for t in doc["targets"]}
+                                   round(t["seconds"], 1)) for t in targets}
 
 
 def main() -> int:
@@ -105,8 +99,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--no-zoo", action="store_true", help="the oracle only")
     args = p.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = head()
     lines = [f"# conv_prefill oracle ({platform.python_version()}, numpy {np.__version__}, "
              f"{os.cpu_count()} cores, commit {commit})", "",
              "| rows | dim | tokens | W | block size | windows stored | oracle ms | plain loop ms | speed-up |",

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _contract_bench import commit as head, measure  # noqa: E402
 
 SHAPES = [  # (sequences, tokens each, H, HV, K = V, kda, prefix caching)
     (16, 128, 4, 8, 128, False, True), (16, 128, 4, 8, 128, True, True), (16, 128, 4, 8, 128, False, False),
@@ -42,38 +43,6 @@ def case_for(seqs, tokens, heads, value_heads, dim, kda, apc):
         has_init=(True,) * seqs, idx_2d=cols > 1, idx_stride=cols, kda=kda, l2norm=True, **columns)
 
 
-def measure(case, fn, device, reps, repeat, sync):
-    from mambafuzz.judge.engine import run_case
-    from mambafuzz.judge.materialize import materialize
-
-    best = {"materialize_s": float("inf"), "compare_s": float("inf"), "kernel_s": float("inf"),
-            "example_s": float("inf")}
-    for _ in range(repeat):
-        sync()
-        t0 = time.perf_counter()
-        m = materialize(case, device)
-        sync()
-        made = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        m.run(fn)
-        sync()
-        ran = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        mismatch = m.compare()
-        compared = time.perf_counter() - t0
-        assert mismatch is None, mismatch.summary()
-        del m
-        t0 = time.perf_counter()
-        verdict = run_case(fn, case, device, reps=reps)
-        sync()
-        example = time.perf_counter() - t0
-        assert verdict.kind is None, verdict
-        for key, value in (("materialize_s", made), ("compare_s", compared), ("kernel_s", ran),
-                           ("example_s", example)):
-            best[key] = min(best[key], value)
-    return best
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
@@ -90,8 +59,7 @@ def main() -> int:
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     fn = registry.get("triton.delta_prefill" if args.device == "cuda" else "torch.delta_prefill").fn
-    commit = os.environ.get("MF_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                                           capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    commit = head()
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"delta_prefill judge ({name}, torch {torch.__version__}, python {platform.python_version()}, "
           f"commit {commit}, {args.reps} reps)")
@@ -101,7 +69,7 @@ def main() -> int:
     for shape in SHAPES:
         case = case_for(*shape)
         measure(case, fn, args.device, 1, 1, sync)  # compiles
-        got = measure(case, fn, args.device, args.reps, args.repeat, sync)
+        got = measure(case, fn, args.device, args.reps, args.repeat, sync, split=True)
         results.append({"shape": list(shape), **got})
         print(f"| {shape} | {got['materialize_s'] * 1e3:.1f} | {got['compare_s'] * 1e3:.1f} | "
               f"{got['kernel_s'] * 1e3:.2f} | {got['example_s'] * 1e3:.0f} |", flush=True)

@@ -14,68 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _contract_bench import commit as head, host_arm, measure  # noqa: E402
+
 SHAPES = [  # rows, tokens a row (about: rows start mid-chunk), heads, headdim, dstate, state, io, block size
     (16, 128, 8, 64, 128, "float32", "bfloat16", 64),     # 16 requests, about 2048 tokens
     (16, 128, 24, 64, 128, "float32", "bfloat16", 128),   # Mamba2-2.7B-sized heads
     (4, 512, 8, 64, 128, "bfloat16", "bfloat16", 256),
 ]
-
-
-def host_arm():
-    """The baseline: the contract module's oracle inputs made numpy on the host."""
-    from mambafuzz.contracts import ssm_prefill, updates
-
-    device_input = updates.oracle_input
-
-    def on_host(values, device):
-        if hasattr(values, "detach"):
-            values = values.detach().cpu()
-        return device_input(values, "cpu")
-
-    def switch(host: bool):
-        ssm_prefill.oracle_input = on_host if host else device_input
-    return switch
-
-
-def measure(case, fn, device, reps, repeat, sync):
-    from mambafuzz.judge.engine import run_case
-    from mambafuzz.judge.materialize import materialize
-
-    best = {"judge_s": float("inf"), "kernel_s": float("inf"), "example_s": float("inf")}
-    for _ in range(repeat):
-        sync()
-        t0 = time.perf_counter()
-        m = materialize(case, device)
-        sync()
-        made = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        m.run(fn)
-        sync()
-        ran = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        mismatch = m.compare()
-        compared = time.perf_counter() - t0
-        assert mismatch is None, mismatch.summary()
-        del m
-        t0 = time.perf_counter()
-        verdict = run_case(fn, case, device, reps=reps)
-        sync()
-        example = time.perf_counter() - t0
-        assert verdict.kind is None, verdict
-        for key, value in (("judge_s", made + compared), ("kernel_s", ran), ("example_s", example)):
-            best[key] = min(best[key], value)
-    return best
 
 
 def main() -> int:
@@ -93,11 +46,12 @@ def main() -> int:
     from mambafuzz.kernels import registry
     from ssm_prefill_tolerance import make_case
 
+    from mambafuzz.contracts import ssm_prefill
+
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    switch = host_arm()
+    switch = host_arm(ssm_prefill)
     kind = "triton" if args.device == "cuda" else "torch"
-    commit = os.environ.get("MF_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                                           capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    commit = head()
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"ssm_prefill judge: oracle on the device vs on the host ({name}, torch {torch.__version__}, "
           f"python {platform.python_version()}, commit {commit}, {args.reps} reps)")

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _contract_bench import commit as head, host_arm, measure  # noqa: E402
 
 SSM = [  # (rows, heads, dim, dstate, tokens per row, spec)
     (256, 4, 64, 128, 4, True), (256, 8, 64, 64, 1, False), (256, 2, 64, 128, 2, True),
@@ -59,53 +60,6 @@ def delta_case(rows, tokens, heads, value_heads, kdim, vdim, spec, kda):
         nacc=tuple(1 + b % tokens for b in range(rows)) if spec else None, kda=kda)
 
 
-def host_arm():
-    """The baseline: every contract module's oracle inputs made numpy on the host."""
-    from mambafuzz.contracts import delta_update, ssm_update, updates
-
-    device_input = updates.oracle_input
-
-    def on_host(values, device):
-        if hasattr(values, "detach"):
-            values = values.detach().cpu()
-        return device_input(values, "cpu")
-
-    def switch(host: bool):
-        for module in (ssm_update, delta_update):
-            module.oracle_input = on_host if host else device_input
-    return switch
-
-
-def measure(case, fn, device, reps, repeat, sync):
-    from mambafuzz.judge.engine import run_case
-    from mambafuzz.judge.materialize import materialize
-
-    best = {"judge_s": float("inf"), "kernel_s": float("inf"), "example_s": float("inf")}
-    for _ in range(repeat):
-        sync()
-        t0 = time.perf_counter()
-        m = materialize(case, device)
-        sync()
-        made = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        m.run(fn)
-        sync()
-        ran = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        mismatch = m.compare()
-        compared = time.perf_counter() - t0
-        assert mismatch is None, mismatch.summary()
-        del m
-        t0 = time.perf_counter()
-        verdict = run_case(fn, case, device, reps=reps)
-        sync()
-        example = time.perf_counter() - t0
-        assert verdict.kind is None, verdict
-        for key, value in (("judge_s", made + compared), ("kernel_s", ran), ("example_s", example)):
-            best[key] = min(best[key], value)
-    return best
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
@@ -121,10 +75,11 @@ def main() -> int:
     from mambafuzz.kernels import registry
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    switch = host_arm()
+    from mambafuzz.contracts import delta_update, ssm_update
+
+    switch = host_arm(ssm_update, delta_update)
     kind = "triton" if args.device == "cuda" else "torch"
-    commit = os.environ.get("MF_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                                           capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    commit = head()
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"update judge: oracle on the device vs on the host ({name}, torch {torch.__version__}, "
           f"python {platform.python_version()}, commit {commit}, {args.reps} reps)")

@@ -11,10 +11,8 @@ copies per row and layer, on the same inputs; each pair must agree.  Then ``mamb
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +21,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _contract_bench import commit as head, zoo_run  # noqa: E402
 
 from mambafuzz.oracle import SlotBuffer  # noqa: E402
 from mambafuzz.oracle.conv_update import expect_conv_update  # noqa: E402
@@ -112,15 +113,8 @@ def measure_scatter(layers, slots, rows, steps, slot_bytes):
 
 
 def zoo_seconds(pattern: str) -> tuple[float, dict]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("TRITON_INTERPRET", None)
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mambafuzz", "zoo", "--device", "cpu", "--seed", "1", "--target",
-                           pattern, "--database", "none", "--crashes-dir", "/tmp/update-oracle-bench-crashes",
-                           "--json"], capture_output=True, text=True, env=env, cwd="/tmp")
-    seconds = time.perf_counter() - t0
-    doc = json.loads(proc.stdout)
-    return seconds, {t["target"]: (t["caught"], t["examples"], round(t["seconds"], 1)) for t in doc["targets"]}
+    seconds, targets = zoo_run(pattern, "/tmp/update-oracle-bench-crashes")
+    return seconds, {t["target"]: (t["caught"], t["examples"], round(t["seconds"], 1)) for t in targets}
 
 
 def main() -> int:
@@ -128,8 +122,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--no-zoo", action="store_true", help="the oracles only")
     args = p.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = head()
     lines = [f"# update contracts' oracles ({platform.python_version()}, numpy {np.__version__}, "
              f"{os.cpu_count()} cores, commit {commit})", "",
              "| contract | rows | dim | tokens | W | spec | oracle ms | plain loop ms | speed-up |",

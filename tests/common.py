@@ -26,13 +26,14 @@ def fuzz_options(tmp_path, **kw) -> FuzzOptions:
     return FuzzOptions(**base)
 
 
-def caught_and_shrunk(zoo_id: str, tmp_path, rows_of, most: int = 2):
-    """Fuzz zoo row `zoo_id` with ``zoo_options``: its finding is saved, of a kind the row declares for the
-    CPU, and shrunk to at most `most` rows (``rows_of(case)``); returns the finding."""
+def caught_and_shrunk(zoo_id: str, tmp_path, rows_of, most: int = 2, **options):
+    """Fuzz zoo row `zoo_id` with ``zoo_options`` (and `options`: a shrink budget): its finding is saved, of a
+    kind the row declares for the CPU, and shrunk to at most `most` rows (``rows_of(case)``); returns the
+    finding."""
     from mambafuzz.kernels import registry
     from mambafuzz.search.fuzz import fuzz_target
 
-    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path))
+    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path, **options))
     f = report.finding
     assert f is not None, f"{zoo_id} escaped {report.examples} examples"
     assert f.verdict.kind in registry.zoo_entry(zoo_id).caught_as("cpu"), f.verdict.summary()

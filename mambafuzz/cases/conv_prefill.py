@@ -19,43 +19,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mambafuzz.errors import CaseError
-
-from . import FLOAT_DTYPES, UPDATE_PADS, boolean, check_int, check_int_list, one_of, optional_int_list, show
-from .updates import UpdateCase
+from . import FLOAT_DTYPES, UPDATE_PADS, boolean, check_int, check_int_list, one_of
+from .prefill import PrefillCase
 
 DTYPES = FLOAT_DTYPES
 LAYOUTS = ("dim", "token")
 PADS = UPDATE_PADS
 
 
-def bool_list(name: str):
-    """A field check: a list of true / false."""
-    def check(value) -> None:
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, bool) for v in value):
-            raise CaseError(f"case field {name!r} must be a list of true / false, got {show(value)}")
-    return check
-
-
 @dataclass(frozen=True)
-class ConvPrefillCase(UpdateCase):
+class ConvPrefillCase(PrefillCase):
     contract: ClassVar[str] = "conv_prefill"
     FIELD_CHECKS: ClassVar[dict] = {
         "layout": one_of("layout", LAYOUTS),
         "dim": lambda v: check_int("dim", v, 1),
         "state_len": lambda v: check_int("state_len", v, 1),
         "width": lambda v: check_int("width", v, 2),
-        "lens": lambda v: check_int_list("lens", v, 0),
-        "has_init": bool_list("has_init"),
+        "lens": lambda v: check_int_list("lens", v, 0),  # no upper bound here, unlike the other prefills
         "bias": boolean("bias"),
         "silu": boolean("silu"),
         "idx_stride": lambda v: check_int("idx_stride", v, 1),
-        "apc": boolean("apc"),
         "block_size": lambda v: check_int("block_size", v, 0),
-        "init": optional_int_list("init", 0),
-        "first": optional_int_list("first", 0),
-        "last": optional_int_list("last", 0),
-        "computed": optional_int_list("computed", 0),
     }
     arena_size: int
     dtype: str
@@ -83,8 +67,6 @@ class ConvPrefillCase(UpdateCase):
     seed: int = 0
     perturb: tuple[int, int, int, int, int] | None = None
 
-    PER_ROW: ClassVar[tuple[str, ...]] = ("lens", "idx", "has_init", "init", "first", "last", "computed")
-
     @property
     def slot_bytes(self) -> int:
         return self.dim * self.state_len * self.elem
@@ -92,23 +74,10 @@ class ConvPrefillCase(UpdateCase):
     @property
     def size(self) -> tuple:
         """Shrinks towards fewer rows, fewer tokens, a narrower state, fewer columns, no extras, low slots."""
-        extras = (self.bias + self.silu + self.idx_2d + self.apc + (self.perturb is not None)
-                  + (self.dtype != "float32") + (self.layout != "dim") + sum(self.has_init))
-        layout = (self.offset + self.slot_stride - self.slot_bytes + self.idx_stride - self.cols
-                  + sum(abs(v) for row in self.idx for v in row) + self.slots + self.arena_size
-                  + sum(self.computed or ()) + self.block_size)
-        return (len(self.lens), sum(self.lens), self.dim * self.state_len * self.width, self.cols, extras,
-                layout, self.seed != 0)
+        return self._size(self.dim * self.state_len * self.width,
+                          self.bias + self.silu + (self.layout != "dim"))
 
     def describe(self) -> str:
-        rows = []
-        for b, row in enumerate(self.idx[:6]):
-            cells = list(row) if len(row) > 1 else row[0]
-            cols = (f" init {self.init[b]} first {self.first[b]} last {self.last[b]} c {self.computed[b]}"
-                    if self.apc else "")
-            rows.append(f"[{self.lens[b]} tok, {'state' if self.has_init[b] else 'zeros'}{cols}: {cells}]")
-        more = f", +{len(self.idx) - 6} more" if len(self.idx) > 6 else ""
-        apc = f"; block size {self.block_size}" if self.apc else "; no prefix caching"
         return (f"pool {self.slots}x{self.dim}x{self.state_len} {self.dtype} ({self.layout}-contiguous, stride "
-                f"{self.slot_stride} B) at +{self.offset}; W {self.width}{apc}; rows {', '.join(rows)}{more}; "
+                f"{self.slot_stride} B) at +{self.offset}; W {self.width}{self._apc_note()}; {self._rows_note()}; "
                 f"pad {self.pad}{self._perturb_note()}")

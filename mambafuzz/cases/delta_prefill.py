@@ -18,9 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from . import (FLOAT_DTYPES, INT32, TOKENS, UPDATE_PADS, CaseBase, boolean, check_int, check_int_list,
-               index_table, one_of, optional_int_list)
-from .conv_prefill import bool_list
+from . import FLOAT_DTYPES, INT32, UPDATE_PADS, boolean, check_int, index_table, one_of, optional_int_list
+from .prefill import PrefillCase
 
 DTYPES = FLOAT_DTYPES
 LAYOUTS = ("vk", "kv")
@@ -28,30 +27,20 @@ PADS = UPDATE_PADS
 
 
 @dataclass(frozen=True)
-class DeltaPrefillCase(CaseBase):
+class DeltaPrefillCase(PrefillCase):
     contract: ClassVar[str] = "delta_prefill"
     FIELD_CHECKS: ClassVar[dict] = {
-        "arena_size": lambda v: check_int("arena_size", v, 1),
-        "dtype": one_of("dtype", tuple(DTYPES)),
         "act_dtype": one_of("act_dtype", tuple(DTYPES)),
         "layout": one_of("layout", LAYOUTS),
-        "slots": lambda v: check_int("slots", v, 1),
         "heads": lambda v: check_int("heads", v, 1),
         "group": lambda v: check_int("group", v, 1),
         "key_dim": lambda v: check_int("key_dim", v, 1),
         "value_dim": lambda v: check_int("value_dim", v, 1),
-        "lens": lambda v: check_int_list("lens", v, 0, high=TOKENS),
         "idx": index_table("idx", "N"),
-        "has_init": bool_list("has_init"),
-        "idx_2d": boolean("idx_2d"),
-        "idx_stride": lambda v: check_int("idx_stride", v, 1, TOKENS),
-        "apc": boolean("apc"),
-        "block_size": lambda v: check_int("block_size", v, 0, TOKENS),
         "init": optional_int_list("init", 0, INT32 - 1),
         "first": optional_int_list("first", 0, INT32 - 1),
         "last": optional_int_list("last", 0, INT32 - 1),
         "computed": optional_int_list("computed", 0, INT32 - 1),
-        "pad": one_of("pad", PADS),
         "kda": boolean("kda"),
         "beta_per_v": boolean("beta_per_v"),
         "l2norm": boolean("l2norm"),
@@ -85,12 +74,6 @@ class DeltaPrefillCase(CaseBase):
     seed: int = 0
     perturb: tuple[int, int, int, int, int] | None = None
 
-    PER_ROW: ClassVar[tuple[str, ...]] = ("lens", "idx", "has_init", "init", "first", "last", "computed")
-
-    @property
-    def elem(self) -> int:
-        return DTYPES[self.dtype]
-
     @property
     def value_heads(self) -> int:
         return self.heads * self.group
@@ -103,33 +86,20 @@ class DeltaPrefillCase(CaseBase):
     def slot_bytes(self) -> int:
         return self.value_heads * self.head_elems * self.elem
 
-    @property
-    def cols(self) -> int:
-        return len(self.idx[0]) if self.idx else 1
+    def _pool_slack(self) -> int:
+        return 0  # a pool of its own: no offset, no slot padding
 
     @property
     def size(self) -> tuple:
         """Shrinks towards fewer sequences and tokens, smaller heads, fewer columns, no extras, low slots."""
-        extras = (self.idx_2d + self.apc + self.kda + self.beta_per_v + self.l2norm + (not self.final)
-                  + (self.perturb is not None) + (self.dtype != "float32") + (self.act_dtype != "float32")
-                  + (self.layout != "vk") + sum(self.has_init))
-        layout = (self.idx_stride - self.cols + sum(abs(v) for row in self.idx for v in row) + self.slots
-                  + sum(self.computed or ()) + self.block_size + self.arena_size)
-        return (len(self.lens), sum(self.lens), self.value_heads * self.head_elems, self.cols, extras, layout,
-                self.seed != 0)
+        return self._size(self.value_heads * self.head_elems,
+                          self.kda + self.beta_per_v + self.l2norm + (not self.final)
+                          + (self.act_dtype != "float32") + (self.layout != "vk"))
 
     def describe(self) -> str:
-        rows = []
-        for n, row in enumerate(self.idx[:6]):
-            cells = list(row) if len(row) > 1 else row[0]
-            cols = (f" init {self.init[n]} first {self.first[n]} last {self.last[n]} c {self.computed[n]}"
-                    if self.apc else "")
-            rows.append(f"[{self.lens[n]} tok, {'state' if self.has_init[n] else 'zeros'}{cols}: {cells}]")
-        more = f", +{len(self.idx) - 6} more" if len(self.idx) > 6 else ""
-        apc = f"; block size {self.block_size}" if self.apc else "; no prefix caching"
         kinds = "".join(f" {name}" for name, on in (("kda", self.kda), ("beta[V]", self.beta_per_v),
                                                    ("l2norm", self.l2norm)) if on)
         final = "" if self.final else "; no final state asked for"
         return (f"pool {self.slots}x{self.value_heads}x{self.value_dim}x{self.key_dim} (HV x V x K) {self.dtype} "
-                f"{self.layout}; H {self.heads}, acts {self.act_dtype}{kinds}{apc}{final}; rows "
-                f"{', '.join(rows)}{more}; pad {self.pad}{self._perturb_note()}")
+                f"{self.layout}; H {self.heads}, acts {self.act_dtype}{kinds}{self._apc_note()}{final}; "
+                f"{self._rows_note()}; pad {self.pad}{self._perturb_note()}")

@@ -25,15 +25,15 @@ import numpy as np
 
 from mambafuzz import oracle
 from mambafuzz.cases.conv_update import LAYOUTS, ConvUpdateCase
-from mambafuzz.errors import UsageError
 from mambafuzz.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.oracle.conv_update import conv_tolerance, expect_conv_update, plan_conv_update
 
 from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
 from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, VARLEN, ConvPoolContract, allowed,
-                      check_int32_indices, check_slot_pool, min_accepted_option, nacc_buckets, one_of, pad_option,
-                      presence, presence_buckets, rows_dropped, to_float64, unchanged_inputs)
+                      check_int32_indices, check_slot_pool, extras_off, int_tensor, min_accepted_option, nacc_buckets,
+                      one_of, pad_option, presence, presence_buckets, rows_dropped, stored_tensor, table_tensor,
+                      unchanged_inputs)
 
 
 # the inputs a step must leave exactly as they were
@@ -133,51 +133,28 @@ class ConvUpdate(ConvPoolContract):
         import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
-        pool = self._pool(case, snapshot, starts)
-        x_raw, w_raw, b_raw = self._inputs(case)
-        x64 = to_float64(x_raw, case.dtype)
-        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
-        x_rows = [x64[cuts[b]:cuts[b + 1]].T for b in range(len(case.lens))]
-        remapped = self._remapped(case, used, case.idx)
+        pool, x_rows, weight64, bias64, (x_raw, w_raw, b_raw), cuts = self._oracle_values(case, snapshot, starts)
         try:
-            got = expect_conv_update(pool, x_rows, to_float64(w_raw, case.dtype),
-                                     None if b_raw is None else to_float64(b_raw, case.dtype), remapped,
+            got = expect_conv_update(pool, x_rows, weight64, bias64, self._remapped(case, used, case.idx),
                                      nacc=case.nacc, init=case.init, last=case.last, silu=case.silu, pad=case.pad)
         except oracle.OracleError as exc:  # name slots as the case does, not as the compact pool
             raise oracle.OracleError(str(exc) + f" (slots as held: {list(map(int, used))})") from None
-        expected = snapshot.copy()
-        for k in sorted({s for s in got.stored if s is not None}):
-            self._store(case, expected, int(starts[k]), got.pool[k])
-
-        tdtype = getattr(torch, case.dtype)
-        def tensor(raw, shape):
-            t = torch.from_numpy(np.ascontiguousarray(raw).reshape(shape).copy())
-            return (t.view(torch.bfloat16) if case.dtype == "bfloat16" else t).to(device)
+        expected = self._expected(case, snapshot, starts, got.pool, {s for s in got.stored if s is not None})
 
         rows = len(case.lens)
         if case.varlen:
-            x = tensor(x_raw, (sum(case.lens), case.dim))
+            x = stored_tensor(x_raw.reshape(sum(case.lens), case.dim), case.dtype, device)
         else:
             length = case.lens[0] if rows else 0
-            x = tensor(x_raw.reshape(rows, length, case.dim).transpose(0, 2, 1), (rows, case.dim, length))
-        weight = tensor(w_raw, (case.dim, case.width))
-        bias = None if b_raw is None else tensor(b_raw, (case.dim,))
-        nbytes = case.slots * case.slot_stride
-        flat = arena[case.offset:case.offset + nbytes].view(tdtype)
-        per_slot = case.slot_stride // case.elem
-        strides = (per_slot, 1, case.dim) if case.layout == "dim" else (per_slot, case.state_len, 1)
-        conv_state = flat.as_strided((case.slots, case.dim, case.state_len), strides)
-        table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
-        table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
-        base = torch.from_numpy(table).to(device)
-        indices = base[:, :case.cols] if case.idx_2d else base[:, 0]
-        def ints(values):
-            return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
+            x = stored_tensor(x_raw.reshape(rows, length, case.dim).transpose(0, 2, 1), case.dtype, device)
+        conv_state, weight, bias = self._tensors(case, arena, w_raw, b_raw, device)
+        ints = lambda values: int_tensor(values, device)
         qsl = ints(cuts.tolist()) if case.varlen else None
         out = torch.full_like(x, float("nan"))
         args = {"x": x, "conv_state": conv_state, "weight": weight, "bias": bias,
-                "conv_state_indices": indices, "num_accepted_tokens": ints(case.nacc), "query_start_loc": qsl,
-                "initial_state_idx": ints(case.init), "last_state_idx": ints(case.last), "out": out}
+                "conv_state_indices": table_tensor(case, device), "num_accepted_tokens": ints(case.nacc),
+                "query_start_loc": qsl, "initial_state_idx": ints(case.init), "last_state_idx": ints(case.last),
+                "out": out}
         kwargs = {"activation": "silu" if case.silu else None, "pad_slot_id": case.pad,
                   "max_query_len": max(case.lens, default=0)}
         outputs = (self._out(case, got, x),) + unchanged_inputs(args, UNCHANGED)
@@ -221,11 +198,9 @@ class ConvUpdate(ConvPoolContract):
             shorter = tuple(max(0 if case.varlen else 1, n - 1) for n in case.lens)
             nacc = None if case.nacc is None else tuple(min(a, max(n, 1)) for a, n in zip(case.nacc, shorter))
             yield r(case, lens=shorter, nacc=nacc)
-        for extra in ({"perturb": None}, {"bias": False}, {"silu": False}, {"nacc": None},
-                      {"init": None, "last": None}, {"idx_stride": case.cols}, {"idx_2d": False},
-                      {"layout": "dim"}, {"seed": 0}):
-            if any(getattr(case, k) != v for k, v in extra.items()):
-                yield r(case, **extra)
+        yield from extras_off(case, ({"perturb": None}, {"bias": False}, {"silu": False}, {"nacc": None},
+                                     {"init": None, "last": None}, {"idx_stride": case.cols}, {"idx_2d": False},
+                                     {"layout": "dim"}, {"seed": 0}))
         if case.varlen and len(set(case.lens)) == 1:
             yield r(case, varlen=False)
         need = case.width - 1 if case.nacc is None else case.width - 2 + max(case.lens, default=1)
@@ -233,14 +208,7 @@ class ConvUpdate(ConvPoolContract):
             yield self._resized(case, state_len=max(need, 1))
         if case.width > 2:
             yield self._resized(case, width=case.width - 1)
-        for dim in sorted({1, case.dim // 2, case.dim - 1}):
-            if 1 <= dim < case.dim:
-                yield self._resized(case, dim=dim)
-        if case.dtype != "float32":
-            yield self._resized(case, dtype="float32")
-        if case.slot_stride > case.slot_bytes or case.offset:
-            yield self._resized(case, padded=False)
-        yield from self._renumbered(case)
+        yield from self._narrower(case)
 
     @staticmethod
     def _columns_dropped(case: ConvUpdateCase) -> Iterator[ConvUpdateCase]:
@@ -277,10 +245,7 @@ class ConvUpdate(ConvPoolContract):
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
-        try:
-            n = self._narrowing(options)
-        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
-            n = self._narrowing({})
+        n = self._expected_narrowing(options)
         out = dict(self.buckets)
         out["rows"] = ("1", "2-3")
         out["spec"] = presence_buckets(n["spec"])

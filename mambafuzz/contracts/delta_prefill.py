@@ -24,62 +24,48 @@ import numpy as np
 
 from mambafuzz import oracle
 from mambafuzz.cases.delta_prefill import LAYOUTS, DeltaPrefillCase
-from mambafuzz.errors import UsageError
-from mambafuzz.oracle.conv_prefill import boundary_offsets, derived_columns
 from mambafuzz.oracle.delta_prefill import expect_delta_prefill, plan_delta_prefill
 
-from .base import Argument, Contract, Image, Output, Prepared
+from .base import Argument, Image, Output, Prepared
 from .conv_prefill import CLI_OPTIONS as CONV_PREFILL_OPTIONS
-from .delta_update import GATE, STATE_LAYOUT
-from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import (UPDATE_CLI_OPTIONS, allowed, as_stored, as_tensors, from_float64, one_of, oracle_input,
-                      pad_option, presence_buckets, rows_dropped, slot_values, stored_tensor, to_float64,
+from .delta_update import GATE, STATE_LAYOUT, TOKEN_ARGUMENTS, TOKEN_OPTIONS
+from .features import COUNTS, NO_YES, joined
+from .prefill import BLOCK_SIZE, PrefillContract, column_arguments
+from .updates import (UPDATE_CLI_OPTIONS, allowed, as_tensors, extras_off, from_float64, one_of, oracle_input,
+                      pad_option, presence_buckets, slot_values, state_output, stored_tensor, to_float64,
                       unchanged_inputs)
 
 # the inputs a prefill must leave exactly as they were
 UNCHANGED = ("q", "k", "v", "g", "beta", "cu_seqlens", "ssm_state_indices", "has_initial_state",
              "initial_state_idx", "block_idx_first_scheduled_token", "block_idx_last_scheduled_token",
              "num_computed_tokens")
-APC_COLUMNS = ("init", "first", "last", "computed")
 BLOCK_MULTIPLE, CACHE_MODE = CONV_PREFILL_OPTIONS[3], CONV_PREFILL_OPTIONS[4]  # the same meaning here
 
 
-class DeltaPrefill(Contract):
+class DeltaPrefill(PrefillContract):
     name = "delta_prefill"
     case_type = DeltaPrefillCase
     summary = ("gated delta rule prefill (GDN / KDA): start from idx[n, init] (or zeros), scan the chunk, store "
                "the state at each block boundary crossed and the final one")
     arguments = (
-        Argument("q", "act dtype", "[T, H, K]", "queries, sequences packed"),
-        Argument("k", "act dtype", "[T, H, K]", "keys"),
-        Argument("v", "act dtype", "[T, HV, V]", "values; HV a multiple of H (head hv uses key head hv // (HV/H))"),
-        Argument("g", "act dtype", "[T, HV] or [T, HV, K]", "log decay: per head (GDN) or per K (KDA)"),
-        Argument("beta", "act dtype", "[T, HV] or [T, HV, V]", "per head, or per V"),
+        *TOKEN_ARGUMENTS,
         Argument("ssm_state", "float32, float16 or bfloat16", "[S, HV, V, K] or [S, HV, K, V]",
                  "the pool, updated in place (state_layout says which)"),
         Argument("cu_seqlens", "int32", "[N + 1]", "sequence n's tokens are cu[n]:cu[n+1] (0 allowed)"),
         Argument("ssm_state_indices", "int32", "[N] or [N, M] (row stride >= M)",
                  "sequence n's block table (slots); the pad value means none"),
         Argument("has_initial_state", "bool", "[N]", "sequence n starts from its initial slot's state (else zeros)"),
-        Argument("initial_state_idx", "int32 or None", "[N]", "prefix caching: the table column read"),
-        Argument("block_idx_first_scheduled_token", "int32 or None", "[N]",
-                 "prefix caching: the column of the first block boundary's state"),
-        Argument("block_idx_last_scheduled_token", "int32 or None", "[N]",
-                 "prefix caching: the column the final state goes to"),
-        Argument("num_computed_tokens", "int32 or None", "[N]",
-                 "prefix caching: tokens computed before the chunk (where its boundaries fall)"),
+        *column_arguments("N", "state"),
         Argument("out", "act dtype", "[T, HV, V]", "the outputs to write (skipped sequences: anything)"),
     )
     options = (
-        Argument("scale", "float", "", "q's scale (K ** -0.5)"),
-        Argument("use_qk_l2norm_in_kernel", "bool", "", "l2-normalise q and k (x / sqrt(sum x^2 + 1e-6))"),
-        Argument("state_layout", "str", "", "'vk' (V-major [.., V, K]) or 'kv' (K-major [.., K, V])"),
-        Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
-        Argument("block_size", "int", "", "prefix caching: tokens per block (0 without)"),
+        *TOKEN_OPTIONS,
+        BLOCK_SIZE,
         Argument("output_final_state", "bool", "", "whether the final state is stored (False: no store of it)"),
         Argument("max_seqlen", "int", "", "the longest sequence's token count"),
     )
     cli_options = (UPDATE_CLI_OPTIONS[0], STATE_LAYOUT, GATE, BLOCK_MULTIPLE, CACHE_MODE)
+    table_arg, starts_arg, row_noun = "ssm_state_indices", "cu_seqlens", "sequence"
     buckets = {
         "rows": COUNTS, "cache_mode": ("none", "all"), "columns": ("none", "derived", "arbitrary"),
         "chunk": ("empty", "short", "one", "tail", "whole"), "boundaries": ("none", "0", "1", ">1"),
@@ -107,29 +93,20 @@ class DeltaPrefill(Contract):
 
     def admits(self, case: DeltaPrefillCase, options) -> bool:
         n = self._narrowing(options)
-        return (case.pad == n["pad"] and case.layout in n["layouts"] and allowed(case.kda, n["kda"])
-                and (not case.apc or case.block_size % n["block_multiple"] == 0)
-                and n["cache_mode"] in ("both", "all" if case.apc else "none"))
+        return self.admits_cache(case, n) and case.layout in n["layouts"] and allowed(case.kda, n["kda"])
 
     # ------------------------------------------------------------ memory
     def image(self, case: DeltaPrefillCase) -> Image:
-        rows = len(case.lens)
-        if len(case.idx) != rows or len(case.has_init) != rows or case.idx_stride < case.cols \
-                or (case.cols > 1 and not case.idx_2d):
-            raise oracle.OracleError("idx and has_init need one row per sequence, the table a row stride of at "
-                                     "least its columns, and several columns need idx_2d")
-        for name in APC_COLUMNS:
-            column = getattr(case, name)
-            if (column is not None) != case.apc or (column is not None and len(column) != rows):
-                raise oracle.OracleError("init, first, last and computed go with prefix caching (apc), one "
-                                         "entry a row")
-        if case.apc and case.block_size < 1:
-            raise oracle.OracleError("prefix caching needs a positive block size")
-        if any(not -(1 << 31) <= v < (1 << 31) for row in case.idx for v in row):
-            raise oracle.OracleError("index values are int32")
+        self.check_rows(case)
         if case.slots * case.slot_bytes > 1 << 30:
             raise oracle.OracleError(f"the pool takes {case.slots * case.slot_bytes} bytes, more than 1 GiB")
         return Image()
+
+    def pool_in_arena(self, case: DeltaPrefillCase) -> bool:
+        return False  # the pool is a tensor of its own
+
+    def stores_final(self, case: DeltaPrefillCase) -> bool:
+        return case.final
 
     def _values(self, case: DeltaPrefillCase, device: str):
         """Stored elements from the seed: the pool (a tensor on `device` in its layout), q, k, v, g, beta
@@ -152,9 +129,6 @@ class DeltaPrefill(Contract):
         beta = act(rng.uniform(0.05, 1.0, (total, hv, vd) if case.beta_per_v else (total, hv)))
         return pool, q, k, v, g, beta
 
-    def _columns(self, case: DeltaPrefillCase) -> dict:
-        return {name: getattr(case, name) for name in APC_COLUMNS} | {"block_size": case.block_size}
-
     def prepare(self, case: DeltaPrefillCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
         import torch  # deferred: torch takes seconds to import
 
@@ -166,163 +140,74 @@ class DeltaPrefill(Contract):
         vmajor = oracle_input(pool if case.layout == "vk" else pool.transpose(-1, -2), device)
         got = expect_delta_prefill(vmajor, f64["q"], f64["k"], f64["v"], f64["g"], f64["beta"], cu, case.idx,
                                    case.has_init, scale=scale, pad=case.pad, l2norm=case.l2norm, final=case.final,
-                                   state_dtype=case.dtype, act_dtype=case.act_dtype, **self._columns(case))
+                                   state_dtype=case.dtype, act_dtype=case.act_dtype, **self.columns(case))
         got = as_tensors(got, "pool", "pool_bound", "out", "out_bound")
 
-        def ints(values):
-            return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
-
-        rows = len(case.lens)
-        table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
-        table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
-        base = torch.from_numpy(table).to(device)
         act = lambda raw: stored_tensor(raw, case.act_dtype, device)
-        args = {"q": act(q), "k": act(k), "v": act(v), "g": act(g), "beta": act(beta), "ssm_state": pool,
-                "cu_seqlens": ints(cu.tolist()),
-                "ssm_state_indices": base[:, :case.cols] if case.idx_2d else base[:, 0],
-                "has_initial_state": torch.tensor(list(case.has_init), dtype=torch.bool, device=device),
-                "initial_state_idx": ints(case.init), "block_idx_first_scheduled_token": ints(case.first),
-                "block_idx_last_scheduled_token": ints(case.last), "num_computed_tokens": ints(case.computed),
-                "out": torch.full(v.shape, float("nan"), dtype=getattr(torch, case.act_dtype), device=device)}
+        args = self.in_order(self.row_args(case, device) | {
+            "q": act(q), "k": act(k), "v": act(v), "g": act(g), "beta": act(beta), "ssm_state": pool,
+            "out": torch.full(v.shape, float("nan"), dtype=getattr(torch, case.act_dtype), device=device)})
         kwargs = {"scale": scale, "use_qk_l2norm_in_kernel": case.l2norm, "state_layout": case.layout,
-                  "pad_slot_id": case.pad, "block_size": case.block_size if case.apc else 0,
-                  "output_final_state": case.final, "max_seqlen": max(case.lens, default=0)}
+                  "output_final_state": case.final, "max_seqlen": max(case.lens, default=0)} | self.row_kwargs(case)
         care = np.broadcast_to(got.care[:, None, None], tuple(got.out.shape)).copy()
-        outputs = (self._state_output(case, got.pool, got.pool_bound),
+        outputs = (state_output(case, "ssm_state", "S", got.pool, got.pool_bound),
                    Output("out", got.out, atol=got.out_bound, care=care, what="flat element {i} of out [T, HV, V]"))
         return Prepared(args, kwargs, snapshot.copy(), outputs=outputs + unchanged_inputs(args, UNCHANGED))
-
-    def _state_output(self, case: DeltaPrefillCase, values, bound) -> Output:
-        """The pool in its layout: within `bound` where stored, exactly elsewhere (as stored elements when
-        nothing is stored at all: an exact Output compares bfloat16 as its bits)."""
-        dims = "HV, V, K" if case.layout == "vk" else "HV, K, V"
-        what = f"flat element {{i}} of ssm_state [S, {dims}]"
-        if case.layout == "kv":
-            values, bound = values.transpose(-1, -2), bound.transpose(-1, -2)
-        if not bool(bound.any()):
-            return Output("ssm_state", as_stored(values, case.dtype), what=what)
-        return Output("ssm_state", values, atol=bound, what=what)
 
     def locate(self, case: DeltaPrefillCase, offset: int) -> str:
         return f"byte {offset} of the token arena (the pool is a tensor of its own)"
 
     # ------------------------------------------------------------ shrinking
-    def valid(self, case: DeltaPrefillCase) -> bool:
-        try:
-            self.image(case)
-            plan_delta_prefill(case.slots, case.lens, case.idx, case.has_init, pad=case.pad, final=case.final,
-                               **self._columns(case))
-        except oracle.OracleError:
-            return False
-        return True
+    def plan(self, case: DeltaPrefillCase):
+        return plan_delta_prefill(case.slots, case.lens, case.idx, case.has_init, pad=case.pad, final=case.final,
+                                  **self.columns(case))
 
     def candidates(self, case: DeltaPrefillCase) -> Iterator[DeltaPrefillCase]:
-        """Half the tokens; rows dropped; fewer tokens (the last column following); prefix caching off; zeros for initial
-        states; extras off; smaller heads; slots renumbered low."""
-        r = dataclasses.replace
+        """Half the tokens; rows dropped; fewer tokens (the last column following); prefix caching off; zeros
+        for initial states; extras off; smaller heads; slots renumbered low."""
         if case.lens and max(case.lens) > 1:  # half the tokens first: every later candidate runs faster
-            yield self._shorter(case, range(len(case.lens)), max(1, max(case.lens) // 2))
-        yield from rows_dropped(case, DeltaPrefillCase.PER_ROW)
-        if case.lens and max(case.lens) > 0:
-            yield self._shorter(case, range(len(case.lens)), 1)
-            for n in range(len(case.lens)):
-                if case.lens[n] > 0:
-                    yield self._shorter(case, (n,), 1)
-        if case.apc:
-            yield r(case, apc=False, block_size=0, init=None, first=None, last=None, computed=None)
-        for n, has in enumerate(case.has_init):
-            if has:
-                yield r(case, has_init=case.has_init[:n] + (False,) + case.has_init[n + 1:])
-        for extra in ({"perturb": None}, {"kda": False}, {"beta_per_v": False}, {"l2norm": False}, {"final": True},
-                      {"idx_stride": case.cols}, {"idx_2d": case.cols > 1}, {"layout": "vk"}, {"dtype": "float32"},
-                      {"act_dtype": "float32"}, {"group": 1}, {"heads": 1}, {"seed": 0}):
-            if any(getattr(case, key) != value for key, value in extra.items()):
-                yield r(case, **extra)
+            by = max(1, max(case.lens) // 2)
+            yield self._shorter(case, range(len(case.lens)), lambda n: n - by)
+        yield from self._rows_and_tokens(case)
+        yield from self._cache_off(case, fewer_columns=False)
+        yield from self._no_initial_states(case)
+        yield from extras_off(case, ({"perturb": None}, {"kda": False}, {"beta_per_v": False}, {"l2norm": False},
+                                     {"final": True}, {"idx_stride": case.cols}, {"idx_2d": case.cols > 1},
+                                     {"layout": "vk"}, {"dtype": "float32"}, {"act_dtype": "float32"}, {"group": 1},
+                                     {"heads": 1}, {"seed": 0}))
         for dim in ("key_dim", "value_dim"):
             for size in sorted({4, getattr(case, dim) // 2}):
                 if 1 <= size < getattr(case, dim):
-                    yield r(case, **{dim: size})
+                    yield dataclasses.replace(case, **{dim: size})
         if case.key_dim != case.value_dim:
-            yield r(case, value_dim=case.key_dim)
+            yield dataclasses.replace(case, value_dim=case.key_dim)
         yield from self._renumbered(case)
-
-    def _shorter(self, case: DeltaPrefillCase, rows, by: int) -> DeltaPrefillCase:
-        """`by` tokens fewer in `rows`, each one's last column moved to keep last - first the boundaries it
-        crosses (prefix caching)."""
-        lens, last = list(case.lens), list(case.last or ())
-        for n in rows:
-            lens[n] = max(0, lens[n] - by)
-            if case.apc and lens[n] > 0:
-                last[n] = case.first[n] + len(boundary_offsets(case.computed[n], lens[n], case.block_size))
-        return dataclasses.replace(case, lens=tuple(lens), last=tuple(last) if case.apc else None)
-
-    def _renumbered(self, case: DeltaPrefillCase) -> Iterator[DeltaPrefillCase]:
-        """The named slots renumbered 0.. (1.. under pad 0) in order, the pool cut to them."""
-        named = sorted({v for row in case.idx for v in row if v != case.pad and 0 <= v < case.slots})
-        first = 1 if case.pad == 0 else 0
-        where = {s: first + k for k, s in enumerate(named)}
-        slots = max(first + len(named), 1)
-        if slots < case.slots:
-            yield dataclasses.replace(case, idx=tuple(tuple(where.get(v, v) for v in row) for row in case.idx),
-                                      slots=slots)
 
     # ------------------------------------------------------------ coverage
     def features(self, case: DeltaPrefillCase) -> dict[str, str]:
         """Per live row (tokens, a read slot): its length against the 16-token chunk, the boundaries it
         crosses and where, its columns; "none" where no row had one."""
-        seen: dict[str, list[str]] = {name: [] for name in ("chunk", "boundaries", "init_vs_last", "initial_state",
-                                                             "pads", "columns")}
-        at_edge = ends_on = False
-        for n, (row, length) in enumerate(zip(case.idx, case.lens)):
-            init, first, last = (case.init[n], case.first[n], case.last[n]) if case.apc else (0, 0, 0)
-            seen["chunk"].append("empty" if length == 0 else "short" if length < 16 else "one" if length == 16
-                                 else "whole" if length % 16 == 0 else "tail")
-            if row[init] == case.pad:
-                seen["pads"].append("read")
-                continue
-            if length == 0:
-                continue
-            seen["initial_state"].append("yes" if case.has_init[n] else "no")
-            offsets = boundary_offsets(case.computed[n], length, case.block_size) if case.apc else []
-            seen["boundaries"].append("0" if not offsets else "1" if len(offsets) == 1 else ">1")
-            at_edge |= any(o % 16 in (0, 1, 15) for o in offsets)
-            ends_on |= case.apc and (case.computed[n] + length) % case.block_size == 0
-            stores = [first + k for k in range(len(offsets))] + ([last] if case.final else [])
-            seen["pads"].append("write" if any(row[c] == case.pad for c in stores) else "none")
-            if case.apc:
-                seen["init_vs_last"].append("same" if init == last else "differ")
-                derived = derived_columns(case.computed[n], length, case.block_size)
-                seen["columns"].append("derived" if derived == (init, first, last, case.has_init[n]) else "arbitrary")
+        seen, live = self.row_features(case, lambda n: "empty" if n == 0 else "short" if n < 16 else "one"
+                                       if n == 16 else "whole" if n % 16 == 0 else "tail")
+        seen["init_vs_last"] = ["same" if init == last else "differ"
+                                for _, _, _, (init, _, last), _, _ in live] if case.apc else []
+        at_edge = any(o % 16 in (0, 1, 15) for *_, offsets, _ in live for o in offsets)
+        ends_on = case.apc and any((case.computed[n] + length) % case.block_size == 0 for n, _, length, *_ in live)
         out = {name: joined(labels or ["none"], self.buckets[name]) for name, labels in seen.items()}
-        return out | {
-            "rows": bucket(len(case.lens), COUNT_EDGES), "cache_mode": "all" if case.apc else "none",
+        return out | self.table_features(case) | {
             "boundary_at_edge": "yes" if at_edge else "no", "ends_on_boundary": "yes" if ends_on else "no",
             "final": "yes" if case.final else "no", "state_layout": case.layout,
             "gate": "per-K" if case.kda else "head", "beta": "per-V" if case.beta_per_v else "head",
             "l2norm": "yes" if case.l2norm else "no", "dtype": case.dtype, "grouped": "yes" if case.group > 1 else "no",
             "dims": "K=V" if case.key_dim == case.value_dim else "K!=V",
-            "index": ("2d" if case.idx_2d else "1d") + ("-strided" if case.idx_stride > case.cols else ""),
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
-        try:
-            n = self._narrowing(options)
-        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
-            n = self._narrowing({})
-        out = dict(self.buckets)
-        out["rows"] = ("1", "2-3")
-        out["boundaries"], out["initial_state"] = ("0", "1", ">1"), ("yes", "no")
+        n = self._expected_narrowing(options)
+        out = self.expected_rows()
         out["state_layout"] = n["layouts"]
         out["gate"] = presence_buckets(n["kda"], "head", "per-K")
-        mode = n["cache_mode"]
-        if mode == "none":
-            out.update(cache_mode=("none",), columns=("none",), boundaries=("0",), boundary_at_edge=("no",),
-                       ends_on_boundary=("no",), init_vs_last=("none",),
-                       pads=("none", "read"))  # the one destination is the slot read
-        elif mode == "all":
-            out.update(cache_mode=("all",), columns=("derived", "arbitrary"), init_vs_last=("same", "differ"),
-                       index=("2d", "2d-strided"))
-        return out
+        return self.expected_cache(out, n["cache_mode"], boundary_at_edge=("no",), ends_on_boundary=("no",))
 
 
 CONTRACT = DeltaPrefill()

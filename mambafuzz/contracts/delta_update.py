@@ -21,15 +21,14 @@ import numpy as np
 
 from mambafuzz import oracle
 from mambafuzz.cases.delta_update import LAYOUTS, DeltaUpdateCase
-from mambafuzz.errors import UsageError
 from mambafuzz.oracle.delta_update import expect_delta_update, plan_delta_update
 
 from .base import Argument, CliOption, Image, Output, Prepared
 from .features import COUNT_EDGES, COUNTS, NO_YES, bucket, joined
-from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, UpdateContract, allowed, as_stored,
-                      as_tensors, check_int32_indices, from_float64, min_accepted_option, nacc_buckets, one_of,
-                      oracle_input, pad_option, presence, presence_buckets, rows_dropped, slot_values, stored_tensor,
-                      to_float64, unchanged_inputs)
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, UpdateContract, allowed,
+                      as_tensors, check_int32_indices, extras_off, from_float64, int_tensor, min_accepted_option,
+                      nacc_buckets, one_of, oracle_input, pad_option, presence, presence_buckets, rows_dropped,
+                      slot_values, state_output, stored_tensor, table_tensor, to_float64, unchanged_inputs)
 
 
 
@@ -54,16 +53,29 @@ PAD_ROWS = CliOption("pad_rows", ("drawn", "never"), "drawn",
                      "fused_recurrent_gated_delta_rule checks no pad: it would read and store slot -1)")
 
 
+# what the delta-rule contracts (this one and delta_prefill) take alike: the packed tokens, q's scale, the
+# l2 norm, the pool layout and the pad
+TOKEN_ARGUMENTS = (
+    Argument("q", "act dtype", "[T, H, K]", "queries, sequences packed"),
+    Argument("k", "act dtype", "[T, H, K]", "keys"),
+    Argument("v", "act dtype", "[T, HV, V]", "values; HV a multiple of H (head hv uses key head hv // (HV/H))"),
+    Argument("g", "act dtype", "[T, HV] or [T, HV, K]", "log decay: per head (GDN) or per K (KDA)"),
+    Argument("beta", "act dtype", "[T, HV] or [T, HV, V]", "per head, or per V"),
+)
+TOKEN_OPTIONS = (
+    Argument("scale", "float", "", "q's scale (K ** -0.5)"),
+    Argument("use_qk_l2norm_in_kernel", "bool", "", "l2-normalise q and k (x / sqrt(sum x^2 + 1e-6))"),
+    Argument("state_layout", "str", "", "'vk' (V-major [.., V, K]) or 'kv' (K-major [.., K, V])"),
+    Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
+)
+
+
 class DeltaUpdate(UpdateContract):
     name = "delta_update"
     case_type = DeltaUpdateCase
     summary = "gated delta rule step (GDN / KDA): read idx[n, max(nacc - 1, 0)], update per token, store"
     arguments = (
-        Argument("q", "act dtype", "[T, H, K]", "queries, sequences packed"),
-        Argument("k", "act dtype", "[T, H, K]", "keys"),
-        Argument("v", "act dtype", "[T, HV, V]", "values; HV a multiple of H (head hv uses key head hv // (HV/H))"),
-        Argument("g", "act dtype", "[T, HV] or [T, HV, K]", "log decay: per head (GDN) or per K (KDA)"),
-        Argument("beta", "act dtype", "[T, HV] or [T, HV, V]", "per head, or per V"),
+        *TOKEN_ARGUMENTS,
         Argument("initial_state", "float32, float16 or bfloat16", "[S, HV, V, K] or [S, HV, K, V]",
                  "the pool, updated in place (state_layout says which)"),
         Argument("cu_seqlens", "int32", "[N + 1]", "sequence n's tokens are cu[n]:cu[n+1]"),
@@ -77,10 +89,7 @@ class DeltaUpdate(UpdateContract):
         Argument("out", "act dtype", "[T, HV, V]", "the outputs to write (skipped sequences: anything)"),
     )
     options = (
-        Argument("scale", "float", "", "q's scale (K ** -0.5)"),
-        Argument("use_qk_l2norm_in_kernel", "bool", "", "l2-normalise q and k (x / sqrt(sum x^2 + 1e-6))"),
-        Argument("state_layout", "str", "", "'vk' (V-major [.., V, K]) or 'kv' (K-major [.., K, V])"),
-        Argument("pad_slot_id", "int", "", "the pad value (-1 or 0)"),
+        *TOKEN_OPTIONS,
         Argument("cache_steps", "int", "", "the buffer's steps per row (0: no buffer)"),
         Argument("max_query_len", "int", "", "the longest sequence's token count"),
     )
@@ -164,9 +173,6 @@ class DeltaUpdate(UpdateContract):
         """A pool or buffer tensor in its layout as the oracle's float64 V-major."""
         return oracle_input(values if case.layout == "vk" else values.transpose(-1, -2), device)
 
-    def _in_layout(self, case, values):
-        return values if case.layout == "vk" else values.transpose(-1, -2)
-
     def prepare(self, case: DeltaUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
         import torch  # deferred: torch takes seconds to import
 
@@ -182,43 +188,26 @@ class DeltaUpdate(UpdateContract):
             inter_idx=case.inter_idx, cache_steps=case.cache_steps)
         got = as_tensors(got, "pool", "pool_bound", "out", "out_bound", "buffer", "buffer_bound")
 
-        def ints(values):
-            return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
-
-        rows = len(case.lens)
-        table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
-        table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
-        base = torch.from_numpy(table).to(device)
+        ints = lambda values: int_tensor(values, device)
         act = lambda raw: stored_tensor(raw, case.act_dtype, device)
         args = {"q": act(q), "k": act(k), "v": act(v), "g": act(g), "beta": act(beta),
                 "initial_state": pool, "cu_seqlens": ints(cu.tolist()),
-                "ssm_state_indices": base[:, :case.cols] if case.idx_2d else base[:, 0],
+                "ssm_state_indices": table_tensor(case, device),
                 "num_accepted_tokens": ints(case.nacc),
                 "intermediate_states_buffer": buf if case.inter_rows else None,
                 "intermediate_state_indices": ints(case.inter_idx) if case.inter_rows else None,
                 "out": torch.full(v.shape, float("nan"), dtype=getattr(torch, case.act_dtype), device=device)}
         kwargs = {"scale": scale, "use_qk_l2norm_in_kernel": case.l2norm, "state_layout": case.layout,
                   "pad_slot_id": case.pad, "cache_steps": case.cache_steps, "max_query_len": max(case.lens, default=0)}
-        outputs = [self._state_output(case, "initial_state", got.pool, got.pool_bound)]
+        outputs = [state_output(case, "initial_state", "S", got.pool, got.pool_bound)]
         if case.inter_rows:
-            outputs.append(self._state_output(case, "intermediate_states_buffer", got.buffer, got.buffer_bound))
+            outputs.append(state_output(case, "intermediate_states_buffer", "R, steps", got.buffer,
+                                        got.buffer_bound))
         care = np.broadcast_to(got.care[:, None, None], tuple(got.out.shape)).copy()
         outputs.append(Output("out", got.out, atol=got.out_bound, care=care,
                               what="flat element {i} of out [T, HV, V]"))
         outputs = tuple(outputs) + unchanged_inputs(args, UNCHANGED)
         return Prepared(args, kwargs, snapshot.copy(), outputs=outputs)
-
-    def _state_output(self, case: DeltaUpdateCase, name: str, values, bound) -> Output:
-        """A pool or buffer in its layout: within `bound` where written; where nothing is, exactly (as
-        stored elements when nothing is written at all: a bound of 0 everywhere is an exact Output, which
-        compares bfloat16 as its bits)."""
-        dims = "HV, V, K" if case.layout == "vk" else "HV, K, V"
-        lead = "S" if name == "initial_state" else "R, steps"
-        what = f"flat element {{i}} of {name} [{lead}, {dims}]"
-        values, bound = self._in_layout(case, values), self._in_layout(case, bound)
-        if not bool(bound.any()):
-            return Output(name, as_stored(values, case.dtype), what=what)
-        return Output(name, values, atol=bound, what=what)
 
     def locate(self, case: DeltaUpdateCase, offset: int) -> str:
         return f"byte {offset} of the token arena (the pool and buffer are tensors of their own)"
@@ -234,12 +223,10 @@ class DeltaUpdate(UpdateContract):
         yield from rows_dropped(case, ("lens", "idx", "nacc", "inter_idx"))
         if case.lens and max(case.lens) > 1:
             yield r(case, lens=tuple(max(0, n - 1) for n in case.lens))
-        for extra in ({"perturb": None}, {"kda": False}, {"beta_per_v": False}, {"l2norm": False}, {"nacc": None},
-                      {"inter_rows": 0, "cache_steps": 0, "inter_idx": None}, {"idx_stride": case.cols},
-                      {"idx_2d": False}, {"layout": "vk"}, {"dtype": "float32"}, {"act_dtype": "float32"},
-                      {"group": 1}, {"heads": 1}, {"seed": 0}):
-            if any(getattr(case, key) != value for key, value in extra.items()):
-                yield r(case, **extra)
+        yield from extras_off(case, ({"perturb": None}, {"kda": False}, {"beta_per_v": False}, {"l2norm": False}, {"nacc": None},
+                                     {"inter_rows": 0, "cache_steps": 0, "inter_idx": None}, {"idx_stride": case.cols},
+                                     {"idx_2d": False}, {"layout": "vk"}, {"dtype": "float32"}, {"act_dtype": "float32"},
+                                     {"group": 1}, {"heads": 1}, {"seed": 0}))
         for dim in ("key_dim", "value_dim"):
             for size in sorted({4, getattr(case, dim) // 2}):
                 if 1 <= size < getattr(case, dim):
@@ -268,10 +255,7 @@ class DeltaUpdate(UpdateContract):
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
-        try:
-            n = self._narrowing(options)
-        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
-            n = self._narrowing({})
+        n = self._expected_narrowing(options)
         out = dict(self.buckets)
         out["rows"] = ("1", "2-3")
         out["spec"] = presence_buckets(n["spec"])

@@ -30,15 +30,14 @@ import numpy as np
 from mambafuzz import oracle
 from mambafuzz.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.cases.ssm_update import SsmUpdateCase
-from mambafuzz.errors import UsageError
 from mambafuzz.oracle.ssm_update import expect_ssm_update, plan_ssm_update
 
 from .base import Argument, CliOption, Image, Output, Prepared, host_array
 from .features import COUNT_EDGES, COUNTS, HUGE, NO_YES, bucket, joined
-from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, RAW, SPEC, UPDATE_CLI_OPTIONS, VARLEN, UpdateContract,
-                      allowed, as_stored, as_tensors, check_int32_indices, finite_values, from_float64,
-                      min_accepted_option, nacc_buckets, one_of, oracle_input, pad_option, presence,
-                      presence_buckets, rows_dropped, slot_values, stored_tensor, to_float64, unchanged_inputs)
+from .updates import (DRAWN, NONSPEC_TOKENS, PRESENCE, SPEC, UPDATE_CLI_OPTIONS, VARLEN, SsmPoolContract, allowed,
+                      as_stored, as_tensors, check_int32_indices, exact_or_seeded_pool, extras_off, finite_values,
+                      from_float64, min_accepted_option, nacc_buckets, one_of, oracle_input, pad_option, padded_rows,
+                      presence, presence_buckets, rows_dropped, stored_tensor, to_float64, unchanged_inputs)
 
 
 
@@ -59,7 +58,7 @@ HAS_DT_BIAS = CliOption("has_dt_bias", PRESENCE, DRAWN, "dt_bias given: drawn pe
                                                         "kernel needs it), or never")
 
 
-class SsmUpdate(UpdateContract):
+class SsmUpdate(SsmPoolContract):
     name = "ssm_update"
     case_type = SsmUpdateCase
     summary = "Mamba2 selective state update: read src[b, nacc - 1], scan the tokens, store to dst[b, t]"
@@ -122,17 +121,8 @@ class SsmUpdate(UpdateContract):
                 and not (n["one_token"] and not spec and max(case.lens, default=0) > 1))
 
     # ------------------------------------------------------------ memory
-    def _check(self, case: SsmUpdateCase) -> None:
+    def check(self, case: SsmUpdateCase) -> None:
         rows = len(case.lens)
-        if case.offset % case.elem or case.slot_stride % case.elem or case.slot_stride < case.slot_bytes:
-            raise oracle.OracleError("the pool's offset and slot stride must be multiples of the element size, "
-                                     "the stride at least a slot's bytes")
-        if not case.exact and (case.offset or case.slot_stride != case.slot_bytes):
-            raise oracle.OracleError("a pool of its own (not exact) has no offset and no slot padding")
-        if not case.exact and case.slots * case.slot_bytes > 1 << 30:
-            raise oracle.OracleError(f"a pool of its own takes {case.slots * case.slot_bytes} bytes, more than 1 GiB")
-        if case.heads % case.groups:
-            raise oracle.OracleError(f"heads {case.heads} must be a multiple of groups {case.groups}")
         if len(case.src) != rows or (case.dst is not None and (len(case.dst) != rows or
                                                                 len(case.dst[0]) != case.cols)):
             raise oracle.OracleError("src and dst need one row per row of lens, with as many columns")
@@ -142,35 +132,11 @@ class SsmUpdate(UpdateContract):
             raise oracle.OracleError("the index rows must be at least (C - 1) * column stride + 1 apart")
         if not case.varlen and any(n != 1 for n in case.lens):
             raise oracle.OracleError("rows of a batch (not varlen) have one token each")
-        if case.exact and case.softplus:
-            raise oracle.OracleError("an exact case has no softplus")
         check_int32_indices((case.src, case.dst))
-        end = case.offset + case.slots * case.slot_stride if case.exact else 1
-        if end > case.arena_size:
-            raise oracle.OracleError(f"the pool ends at byte {end}, past the arena's {case.arena_size}")
-
-    def image(self, case: SsmUpdateCase) -> Image:
-        self._check(case)
-        return self.slot_image(case)
-
-    def pool_in_arena(self, case: SsmUpdateCase) -> bool:
-        return case.exact  # else the pool is a tensor of its own, compared within a tolerance
 
     def slot_fill(self, rng, n: int, case: SsmUpdateCase) -> np.ndarray:
         """Multiples of 1/8 in [-4, 4] as the pool's dtype (a sum with the exact increments stays representable)."""
         return from_float64(rng.integers(-32, 33, n) / 8.0, case.dtype)
-
-    def _pool(self, case: SsmUpdateCase, snapshot: np.ndarray, plan, device: str):
-        """The pool the step starts from, stored elements on `device`: exact, the held slots [U, H, D, N]
-        from the arena; else the whole pool [S, H, D, N] from the seed (``slot_values``)."""
-        used, starts = plan
-        inner = (case.heads, case.dim, case.dstate)
-        if case.exact:
-            raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
-            return stored_tensor(raw.reshape((len(used),) + inner), case.dtype, device)
-        rng = np.random.default_rng((case.seed, 7))
-        draw = lambda n: rng.random(n, dtype=np.float32) * np.float32(4) - np.float32(2)  # uniform in [-2, 2)
-        return slot_values(case.slots, inner, draw, case.dtype, device)
 
     def _inputs(self, case: SsmUpdateCase) -> dict[str, np.ndarray | None]:
         """Stored input elements from the seed: io dtype [T, ...] for x, dt, z, B, C; float32 A, D, dt_bias."""
@@ -200,26 +166,13 @@ class SsmUpdate(UpdateContract):
                 "z": normal(total * h * d).reshape(total, h, d) if case.has_z else None,
                 "dt_bias": None if bias is None else bias.reshape(h, d)}
 
-    def _padded(self, case: SsmUpdateCase, values: np.ndarray | None) -> np.ndarray | None:
-        """[T, ...] packed tokens as float64 [B, T_max, ...] (zeros past a row's end)."""
-        if values is None:
-            return None
-        v = to_float64(values, case.io_dtype)
-        rows, tmax = len(case.lens), max(max(case.lens, default=0), 1)
-        out = np.zeros((rows, tmax) + v.shape[1:])
-        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
-        b = np.repeat(np.arange(rows), case.lens)
-        t = np.arange(len(v)) - cuts[b]
-        out[b, t] = v
-        return out
-
     def prepare(self, case: SsmUpdateCase, image: Image, snapshot: np.ndarray, arena, device: str) -> Prepared:
         import torch  # deferred: torch takes seconds to import
 
         used, starts = image.plan
-        pool = self._pool(case, snapshot, image.plan, device)
-        ins = self._inputs(case)
         h, d, n = case.heads, case.dim, case.dstate
+        pool = exact_or_seeded_pool(case, snapshot, image.plan, (h, d, n), device)
+        ins = self._inputs(case)
         a64 = ins["A"].astype(np.float64)
         a64 = np.broadcast_to(a64[:, None, None], (h, d, n)) if case.a_per_head else a64.reshape(h, d, n)
         src, dst = case.src, case.dst
@@ -228,9 +181,9 @@ class SsmUpdate(UpdateContract):
         on = lambda values: oracle_input(values, device)
         try:
             got = expect_ssm_update(
-                on(pool), on(self._padded(case, ins["x"])), on(self._padded(case, ins["dt"])), on(a64),
-                on(self._padded(case, ins["B"])), on(self._padded(case, ins["C"])), case.lens, src, dst=dst,
-                D=on(None if ins["D"] is None else ins["D"].astype(np.float64)), z=on(self._padded(case, ins["z"])),
+                on(pool), on(padded_rows(case, ins["x"])), on(padded_rows(case, ins["dt"])), on(a64),
+                on(padded_rows(case, ins["B"])), on(padded_rows(case, ins["C"])), case.lens, src, dst=dst,
+                D=on(None if ins["D"] is None else ins["D"].astype(np.float64)), z=on(padded_rows(case, ins["z"])),
                 dt_bias=on(None if ins["dt_bias"] is None else ins["dt_bias"].astype(np.float64)),
                 softplus=case.softplus, nacc=case.nacc, pad=case.pad, dtype=case.dtype, io_dtype=case.io_dtype)
         except oracle.OracleError as exc:  # name slots as the case does, not as the compact pool
@@ -309,15 +262,6 @@ class SsmUpdate(UpdateContract):
         what = "flat element {i} of out" + (" [T, H, D]" if case.varlen else " [B, H, D]")
         return Output("out", want, atol=bound, what=what, care=care)
 
-    def locate(self, case: SsmUpdateCase, offset: int) -> str:
-        slot, within = divmod(offset - case.offset, case.slot_stride)
-        if not case.exact or not 0 <= slot < case.slots or offset < case.offset:
-            return "outside the pool"
-        if within >= case.slot_bytes:
-            return f"slot {slot} padding byte {within - case.slot_bytes}"
-        head, rest = divmod(within // case.elem, case.dim * case.dstate)
-        return f"slot {slot} head {head} dim {rest // case.dstate} dstate {rest % case.dstate}"
-
     # ------------------------------------------------------------ shrinking
     def plan(self, case: SsmUpdateCase):
         return plan_ssm_update(case.slots, case.lens, case.src, case.dst, case.nacc, case.pad)
@@ -328,27 +272,12 @@ class SsmUpdate(UpdateContract):
         yield from rows_dropped(case, ("lens", "src", "dst", "nacc"))
         if case.varlen and case.lens and max(case.lens) > 1:
             yield r(case, lens=tuple(max(0, k - 1) for k in case.lens))
-        for extra in ({"perturb": None}, {"has_z": False}, {"has_d": False}, {"has_dt_bias": False},
-                      {"softplus": False}, {"a_per_head": False}, {"nacc": None}, {"dst": None},
-                      {"idx_col_stride": 1, "idx_row_stride": case.cols}, {"seed": 0}):
-            if any(getattr(case, k) != v for k, v in extra.items()):
-                yield r(case, **extra)
+        yield from extras_off(case, ({"perturb": None}, {"has_z": False}, {"has_d": False}, {"has_dt_bias": False},
+                                     {"softplus": False}, {"a_per_head": False}, {"nacc": None}, {"dst": None},
+                                     {"idx_col_stride": 1, "idx_row_stride": case.cols}, {"seed": 0}))
         if case.varlen and all(k == 1 for k in case.lens):
             yield r(case, varlen=False)
-        for field in ("heads", "dim", "dstate"):
-            value = getattr(case, field)
-            for smaller in sorted({1, value // 2, value - 1}):
-                if 1 <= smaller < value:
-                    groups = case.groups if field != "heads" else (case.groups if smaller % case.groups == 0 else 1)
-                    yield self._resized(case, **{field: smaller, "groups": groups})
-        if case.groups > 1:
-            yield r(case, groups=1)
-        for name in ("dtype", "io_dtype"):
-            if getattr(case, name) != "float32":
-                yield self._resized(case, **{name: "float32"})
-        if case.exact and (case.slot_stride > case.slot_bytes or case.offset):
-            yield self._resized(case, padded=False)
-        yield from self._renumbered(case)
+        yield from self._smaller_state(case)
 
     # ------------------------------------------------------------ coverage
     def features(self, case: SsmUpdateCase) -> dict[str, str]:
@@ -387,10 +316,7 @@ class SsmUpdate(UpdateContract):
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
-        try:
-            n = self._narrowing(options)
-        except UsageError:  # a run refuses such options before it draws; expect what the defaults draw
-            n = self._narrowing({})
+        n = self._expected_narrowing(options)
         out = dict(self.buckets)
         out["rows"] = ("1", "2-3")
         out["groups"] = ("1",)

@@ -3,7 +3,9 @@ finite values to fill slots with, pools of distinct values at the cost of one sl
 case's device for the kernel and the oracle, the pad and min-accepted options, the one-row-fewer
 shrink step, and ``UpdateContract``: the case code of a pool of slots (held slots, the arena image, index
 tables renumbered, the pool resized, validity) on cases of ``cases.updates.UpdateCase``
-(``ConvPoolContract``: what the conv contracts add)."""
+(``ConvPoolContract``: what the conv contracts add; ``SsmPoolContract``: what the SSM ones add).  The
+prefill contracts build on it too (``contracts/prefill.py``), so what a prefill shares with an update
+(the index table's tensor, packed rows, delta-rule pools, shrink steps) lives here."""
 from __future__ import annotations
 
 import dataclasses
@@ -116,6 +118,47 @@ def slot_values(slots: int, inner: tuple[int, ...], draw, dtype: str, device):
     return (tile + offsets).to(getattr(torch, dtype))
 
 
+def padded_rows(case, values):
+    """[T, ...] packed tokens (stored ``case.io_dtype`` elements, rows of ``case.lens``) as float64
+    [B, T_max, ...], zeros past a row's end: the scan oracles' layout.  None stays None."""
+    if values is None:
+        return None
+    v = to_float64(values, case.io_dtype)
+    rows, tmax = len(case.lens), max(max(case.lens, default=0), 1)
+    out = np.zeros((rows, tmax) + v.shape[1:])
+    cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+    b = np.repeat(np.arange(rows), case.lens)
+    out[b, np.arange(len(v)) - cuts[b]] = v
+    return out
+
+
+def exact_or_seeded_pool(case, snapshot: np.ndarray, plan, inner: tuple[int, ...], device):
+    """An SSM pool as the step starts from it, stored elements on `device`: ``exact``, the held slots
+    [U, *inner] from the arena (``plan``: ``slot_image``'s); else the whole pool [S, *inner] from the seed,
+    uniform in [-2, 2) (``slot_values``)."""
+    used, starts = plan
+    if case.exact:
+        raw = np.stack([snapshot[s:s + case.slot_bytes].view(RAW[case.dtype]) for s in starts])
+        return stored_tensor(raw.reshape((len(used),) + inner), case.dtype, device)
+    rng = np.random.default_rng((case.seed, 7))
+    draw = lambda n: rng.random(n, dtype=np.float32) * np.float32(4) - np.float32(2)  # uniform in [-2, 2)
+    return slot_values(case.slots, inner, draw, case.dtype, device)
+
+
+def state_output(case, name: str, lead: str, values, bound) -> Output:
+    """A delta-rule pool or buffer (V-major values and bound) as the target holds it, in ``case.layout``:
+    within `bound` where written; where nothing is, exactly (as stored elements when nothing is written at
+    all: a bound of 0 everywhere is an exact Output, which compares bfloat16 as its bits).  `lead`: its
+    leading dimensions' names."""
+    dims = "HV, V, K" if case.layout == "vk" else "HV, K, V"
+    what = f"flat element {{i}} of {name} [{lead}, {dims}]"
+    if case.layout == "kv":
+        values, bound = values.transpose(-1, -2), bound.transpose(-1, -2)
+    if not bool(bound.any()):
+        return Output(name, as_stored(values, case.dtype), what=what)
+    return Output(name, values, atol=bound, what=what)
+
+
 def unchanged_inputs(args: dict, names: tuple[str, ...]) -> tuple[Output, ...]:
     """Every input among `names` must stay as it was, exactly: its value now, kept on its device
     (a bfloat16 one as its bits, as an exact ``Output`` compares it)."""
@@ -193,6 +236,33 @@ def rows_dropped(case, fields: tuple[str, ...]):
         yield dataclasses.replace(case, **cut)
 
 
+def extras_off(case, extras):
+    """The cases with each of `extras` (a dict of field values: an optional input off, a default layout)
+    where `case` differs from it: one shrink step each."""
+    for extra in extras:
+        if any(getattr(case, k) != v for k, v in extra.items()):
+            yield dataclasses.replace(case, **extra)
+
+
+def int_tensor(values, device):
+    """int32 values as a tensor on `device` (None stays None): counts and columns a target takes."""
+    import torch  # deferred: torch takes seconds to import
+
+    return None if values is None else torch.tensor(list(values), dtype=torch.int32, device=device)
+
+
+def table_tensor(case, device):
+    """The case's ``idx`` table as the target takes it: a [B, C] view of a pad-filled int32 buffer of rows
+    ``idx_stride`` apart, or (``idx_2d`` False) its column 0, [B]."""
+    import torch  # deferred: torch takes seconds to import
+
+    rows = len(case.lens)
+    table = np.full((rows, case.idx_stride), case.pad, dtype=np.int32)
+    table[:, :case.cols] = np.asarray(case.idx, dtype=np.int64).reshape(rows, case.cols)
+    base = torch.from_numpy(table).to(device)
+    return base[:, :case.cols] if case.idx_2d else base[:, 0]
+
+
 def check_int32_indices(tables) -> None:
     """OracleError unless every value of the index tables (None: absent) fits int32."""
     if any(not -(1 << 31) <= v < (1 << 31) for t in tables if t is not None for row in t for v in row):
@@ -224,6 +294,18 @@ class UpdateContract(Contract):
     def plan(self, case):
         """The oracle's plan of `case` (OracleError for an ill-posed one); what ``valid`` asks besides ``image``."""
         raise NotImplementedError
+
+    def _narrowing(self, options: dict) -> dict:
+        """The options as the strategy takes them (UsageError in one line for a bad value)."""
+        raise NotImplementedError
+
+    def _expected_narrowing(self, options: dict) -> dict:
+        """``_narrowing`` for ``expected_features``: a run refuses bad options before it draws, so expect
+        what the defaults draw."""
+        try:
+            return self._narrowing(options)
+        except UsageError:
+            return self._narrowing({})
 
     def valid(self, case) -> bool:
         try:
@@ -333,6 +415,48 @@ class ConvPoolContract(UpdateContract):
         raw = from_float64(state.T if case.layout == "dim" else state, case.dtype)
         expected[start:start + case.slot_bytes] = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
 
+    def _oracle_values(self, case, snapshot: np.ndarray, starts):
+        """What the conv oracles take, float64: the held slots' states, each row's tokens [dim, L], the weight
+        and the bias (None without); then the stored x, weight and bias (``_inputs``) and the rows' starts."""
+        pool = self._pool(case, snapshot, starts)
+        x_raw, w_raw, b_raw = self._inputs(case)
+        x64 = to_float64(x_raw, case.dtype)
+        cuts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
+        x_rows = [x64[cuts[b]:cuts[b + 1]].T for b in range(len(case.lens))]
+        bias = None if b_raw is None else to_float64(b_raw, case.dtype)
+        return pool, x_rows, to_float64(w_raw, case.dtype), bias, (x_raw, w_raw, b_raw), cuts
+
+    def _expected(self, case, snapshot: np.ndarray, starts, pool: np.ndarray, stored) -> np.ndarray:
+        """The snapshot with the oracle's new states of the held slots `stored` (places in ``starts``)."""
+        expected = snapshot.copy()
+        for k in sorted(stored):
+            self._store(case, expected, int(starts[k]), pool[k])
+        return expected
+
+    def _tensors(self, case, arena, w_raw, b_raw, device):
+        """The pool as the target sees it (a [slots, dim, SL] view of the arena in the case's layout), the
+        weight and the bias (None without)."""
+        import torch  # deferred: torch takes seconds to import
+
+        flat = arena[case.offset:case.offset + case.slots * case.slot_stride].view(getattr(torch, case.dtype))
+        per_slot = case.slot_stride // case.elem
+        strides = (per_slot, 1, case.dim) if case.layout == "dim" else (per_slot, case.state_len, 1)
+        conv_state = flat.as_strided((case.slots, case.dim, case.state_len), strides)
+        weight = stored_tensor(w_raw.reshape(case.dim, case.width), case.dtype, device)
+        return conv_state, weight, None if b_raw is None else stored_tensor(b_raw, case.dtype, device)
+
+    def _narrower(self, case):
+        """Shrink steps: fewer channels (1, half, one fewer), float32, no slot padding or offset; the slots
+        renumbered low."""
+        for dim in sorted({1, case.dim // 2, case.dim - 1}):
+            if 1 <= dim < case.dim:
+                yield self._resized(case, dim=dim)
+        if case.dtype != "float32":
+            yield self._resized(case, dtype="float32")
+        if case.slot_stride > case.slot_bytes or case.offset:
+            yield self._resized(case, padded=False)
+        yield from self._renumbered(case)
+
     def _inputs(self, case):
         """x ([T, dim], the rows' tokens one after another), weight, bias as stored elements, from the seed."""
         rng = np.random.default_rng((case.seed, 11))
@@ -352,3 +476,65 @@ class ConvPoolContract(UpdateContract):
         first, second = divmod(elem, case.dim if case.layout == "dim" else case.state_len)
         dim, col = (second, first) if case.layout == "dim" else (first, second)
         return f"slot {slot} channel {dim} column {col}"
+
+
+class SsmPoolContract(UpdateContract):
+    """What the SSM contracts (``ssm_update``, ``ssm_prefill``) share on top: a pool of ``[slots, heads,
+    <head_rows>, dstate]`` elements that lives in the arena only in ``exact`` cases (values any order of fp32
+    math keeps exact: compared byte for byte), else a tensor of its own compared within the bound; its
+    checks, ``image`` and ``locate``.  A contract names the field of a head's rows (``head_rows``) and
+    declares ``check`` (its own geometry's)."""
+
+    head_rows = "dim"
+
+    def check(self, case) -> None:
+        raise NotImplementedError
+
+    def check_pool(self, case) -> None:
+        """OracleError unless the pool fits: in the arena (exact), else a pool of its own of at most 1 GiB
+        with no offset or padding; no softplus in an exact case; heads a multiple of groups."""
+        if case.exact:
+            check_slot_pool(case)
+        elif case.offset or case.slot_stride != case.slot_bytes:
+            raise oracle.OracleError("a pool of its own (not exact) has no offset and no slot padding")
+        elif case.slots * case.slot_bytes > 1 << 30:
+            raise oracle.OracleError(f"a pool of its own takes {case.slots * case.slot_bytes} bytes, more than 1 GiB")
+        if case.exact and case.softplus:
+            raise oracle.OracleError("an exact case has no softplus")
+        if case.heads % case.groups:
+            raise oracle.OracleError(f"heads {case.heads} must be a multiple of groups {case.groups}")
+
+    def image(self, case) -> Image:
+        self.check_pool(case)
+        self.check(case)
+        return self.slot_image(case)
+
+    def pool_in_arena(self, case) -> bool:
+        return case.exact  # else the pool is a tensor of its own, compared within the bound
+
+    def _smaller_state(self, case):
+        """Shrink steps: a smaller state (heads, a head's rows, dstate: 1, half, one fewer; groups following),
+        one group, float32 state and io, no slot padding; the slots renumbered low."""
+        for field in ("heads", self.head_rows, "dstate"):
+            value = getattr(case, field)
+            for smaller in sorted({1, value // 2, value - 1}):
+                if 1 <= smaller < value:
+                    groups = case.groups if field != "heads" else (case.groups if smaller % case.groups == 0 else 1)
+                    yield self._resized(case, **{field: smaller, "groups": groups})
+        if case.groups > 1:
+            yield dataclasses.replace(case, groups=1)
+        for name in ("dtype", "io_dtype"):
+            if getattr(case, name) != "float32":
+                yield self._resized(case, **{name: "float32"})
+        if case.exact and (case.slot_stride > case.slot_bytes or case.offset):
+            yield self._resized(case, padded=False)
+        yield from self._renumbered(case)
+
+    def locate(self, case, offset: int) -> str:
+        slot, within = divmod(offset - case.offset, case.slot_stride)
+        if not case.exact or not 0 <= slot < case.slots or offset < case.offset:
+            return "outside the pool"
+        if within >= case.slot_bytes:
+            return f"slot {slot} padding byte {within - case.slot_bytes}"
+        head, rest = divmod(within // case.elem, getattr(case, self.head_rows) * case.dstate)
+        return f"slot {slot} head {head} {self.head_rows} {rest // case.dstate} dstate {rest % case.dstate}"

@@ -27,7 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
+from .conv_window import conv_step, conv_taps
 from .launch import variant_flags
+from .prefill_columns import row_columns
 from .zoo import PAST_2GIB, ZooEntry
 
 CONTRACT = "conv_prefill"
@@ -86,15 +88,7 @@ def _conv_prefill_kernel(x_ptr, state_ptr, w_ptr, b_ptr, idx_ptr, has_ptr, qsl_p
         row = b.to(tl.int64)
     else:
         row = b.to(tl.int64) * idx_row_stride
-    init_col = 0
-    first_col = 0
-    last_col = 0
-    computed = 0
-    if APC:
-        init_col = tl.load(init_ptr + b).to(tl.int64)
-        first_col = tl.load(first_ptr + b).to(tl.int64)
-        last_col = tl.load(last_ptr + b).to(tl.int64)
-        computed = tl.load(computed_ptr + b).to(tl.int64)
+    init_col, first_col, last_col, computed = row_columns(init_ptr, first_ptr, last_ptr, computed_ptr, b, APC)
     src = tl.load(idx_ptr + row + init_col * idx_col_stride).to(tl.int64)
     start = tl.load(qsl_ptr + b).to(tl.int64)
     length = tl.load(qsl_ptr + b + 1).to(tl.int64) - start
@@ -125,56 +119,13 @@ def _conv_prefill_kernel(x_ptr, state_ptr, w_ptr, b_ptr, idx_ptr, has_ptr, qsl_p
             c3 = _column(state_ptr, src_base, 3, s_tok, read)
         if W > 5:
             c4 = _column(state_ptr, src_base, 4, s_tok, read)
-        w0 = tl.load(w_ptr + dims * sw_dim, mask=mask, other=0.0).to(tl.float32)
-        w1 = tl.load(w_ptr + dims * sw_dim + sw_tap, mask=mask, other=0.0).to(tl.float32)
-        w2 = tl.zeros([BLOCK], dtype=tl.float32)
-        w3 = tl.zeros([BLOCK], dtype=tl.float32)
-        w4 = tl.zeros([BLOCK], dtype=tl.float32)
-        w5 = tl.zeros([BLOCK], dtype=tl.float32)
-        if W > 2:
-            w2 = tl.load(w_ptr + dims * sw_dim + 2 * sw_tap, mask=mask, other=0.0).to(tl.float32)
-        if W > 3:
-            w3 = tl.load(w_ptr + dims * sw_dim + 3 * sw_tap, mask=mask, other=0.0).to(tl.float32)
-        if W > 4:
-            w4 = tl.load(w_ptr + dims * sw_dim + 4 * sw_tap, mask=mask, other=0.0).to(tl.float32)
-        if W > 5:
-            w5 = tl.load(w_ptr + dims * sw_dim + 5 * sw_tap, mask=mask, other=0.0).to(tl.float32)
-        bias = tl.zeros([BLOCK], dtype=tl.float32)
-        if HAS_BIAS:
-            bias = tl.load(b_ptr + dims, mask=mask, other=0.0).to(tl.float32)
+        w0, w1, w2, w3, w4, w5, bias = conv_taps(w_ptr, b_ptr, dims, sw_dim, sw_tap, mask, W, HAS_BIAS, BLOCK)
         first_boundary = 0
         if APC:
             first_boundary = block_size - computed % block_size
         for t in range(0, length):
             xt = tl.load(x_ptr + (start + t) * sx_tok + dims * sx_dim, mask=mask, other=0.0).to(tl.float32)
-            acc = bias + w0 * c0
-            if W == 2:
-                acc += w1 * xt
-                c0 = xt
-            if W == 3:
-                acc += w1 * c1 + w2 * xt
-                c0 = c1
-                c1 = xt
-            if W == 4:
-                acc += w1 * c1 + w2 * c2 + w3 * xt
-                c0 = c1
-                c1 = c2
-                c2 = xt
-            if W == 5:
-                acc += w1 * c1 + w2 * c2 + w3 * c3 + w4 * xt
-                c0 = c1
-                c1 = c2
-                c2 = c3
-                c3 = xt
-            if W == 6:
-                acc += w1 * c1 + w2 * c2 + w3 * c3 + w4 * c4 + w5 * xt
-                c0 = c1
-                c1 = c2
-                c2 = c3
-                c3 = c4
-                c4 = xt
-            if SILU:
-                acc = acc / (1.0 + tl.exp(-acc))
+            acc, c0, c1, c2, c3, c4 = conv_step(xt, c0, c1, c2, c3, c4, w0, w1, w2, w3, w4, w5, bias, W, SILU)
             tl.store(out_ptr + (start + t) * so_tok + dims * so_dim, acc.to(out_ptr.dtype.element_ty), mask=mask)
             if APC:  # the window after t + 1 tokens, at a block boundary inside the chunk
                 rel = t + 1 - first_boundary

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .conv_window import conv_step, conv_taps
 from .launch import variant_flags
 from .zoo import PAST_2GIB, ZooEntry
 
@@ -114,53 +115,10 @@ def _conv_update_kernel(x_ptr, state_ptr, w_ptr, b_ptr, idx_ptr, nacc_ptr, qsl_p
                         tl.store(state_ptr + dst_base + 2 * s_tok, c3.to(state_ptr.dtype.element_ty), mask=mask)
                     if W > 5:
                         tl.store(state_ptr + dst_base + 3 * s_tok, c4.to(state_ptr.dtype.element_ty), mask=mask)
-        w0 = tl.load(w_ptr + dims * sw_dim, mask=mask, other=0.0).to(tl.float32)
-        w1 = tl.load(w_ptr + dims * sw_dim + sw_tap, mask=mask, other=0.0).to(tl.float32)
-        w2 = w0 * 0.0
-        w3 = w0 * 0.0
-        w4 = w0 * 0.0
-        w5 = w0 * 0.0
-        if W > 2:
-            w2 = tl.load(w_ptr + dims * sw_dim + 2 * sw_tap, mask=mask, other=0.0).to(tl.float32)
-        if W > 3:
-            w3 = tl.load(w_ptr + dims * sw_dim + 3 * sw_tap, mask=mask, other=0.0).to(tl.float32)
-        if W > 4:
-            w4 = tl.load(w_ptr + dims * sw_dim + 4 * sw_tap, mask=mask, other=0.0).to(tl.float32)
-        if W > 5:
-            w5 = tl.load(w_ptr + dims * sw_dim + 5 * sw_tap, mask=mask, other=0.0).to(tl.float32)
-        bias = w0 * 0.0
-        if HAS_BIAS:
-            bias = tl.load(b_ptr + dims, mask=mask, other=0.0).to(tl.float32)
+        w0, w1, w2, w3, w4, w5, bias = conv_taps(w_ptr, b_ptr, dims, sw_dim, sw_tap, mask, W, HAS_BIAS, BLOCK)
         for t in range(0, length):
             xt = tl.load(x_ptr + x_row + t * sx_tok + dims * sx_dim, mask=mask, other=0.0).to(tl.float32)
-            acc = bias + w0 * c0
-            if W == 2:
-                acc += w1 * xt
-                c0 = xt
-            if W == 3:
-                acc += w1 * c1 + w2 * xt
-                c0 = c1
-                c1 = xt
-            if W == 4:
-                acc += w1 * c1 + w2 * c2 + w3 * xt
-                c0 = c1
-                c1 = c2
-                c2 = xt
-            if W == 5:
-                acc += w1 * c1 + w2 * c2 + w3 * c3 + w4 * xt
-                c0 = c1
-                c1 = c2
-                c2 = c3
-                c3 = xt
-            if W == 6:
-                acc += w1 * c1 + w2 * c2 + w3 * c3 + w4 * c4 + w5 * xt
-                c0 = c1
-                c1 = c2
-                c2 = c3
-                c3 = c4
-                c4 = xt
-            if SILU:
-                acc = acc / (1.0 + tl.exp(-acc))
+            acc, c0, c1, c2, c3, c4 = conv_step(xt, c0, c1, c2, c3, c4, w0, w1, w2, w3, w4, w5, bias, W, SILU)
             tl.store(out_ptr + o_row + t * so_tok + dims * so_dim, acc.to(out_ptr.dtype.element_ty), mask=mask)
             if SPEC:
                 if not NARROW:

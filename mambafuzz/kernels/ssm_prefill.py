@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
+from .prefill_columns import row_columns
 from .zoo import PAST_2GIB, ZooEntry
 
 CONTRACT = "ssm_prefill"
@@ -72,15 +73,7 @@ def _ssm_prefill_kernel(x_ptr, dt_ptr, a_ptr, b_ptr, bias_ptr, state_ptr, idx_pt
     nmask = ns < dstate
     tile = pmask[:, None] & nmask[None, :]
     row = b.to(tl.int64) * idx_row_stride
-    init_col = 0
-    first_col = 0
-    last_col = 0
-    computed = 0
-    if APC:
-        init_col = tl.load(init_ptr + b).to(tl.int64)
-        first_col = tl.load(first_ptr + b).to(tl.int64)
-        last_col = tl.load(last_ptr + b).to(tl.int64)
-        computed = tl.load(computed_ptr + b).to(tl.int64)
+    init_col, first_col, last_col, computed = row_columns(init_ptr, first_ptr, last_ptr, computed_ptr, b, APC)
     src = tl.load(idx_ptr + row + init_col * idx_col_stride).to(tl.int64)
     start = tl.load(cu_ptr + b).to(tl.int64)
     end = tl.load(cu_ptr + b + 1).to(tl.int64)

@@ -45,7 +45,7 @@ import numpy as np
 
 from . import _xp
 from .conv_prefill import PrefillRow, plan_conv_prefill
-from .delta_update import EPS, EPS_ACC, L2_EPS
+from .delta_update import EPS, EPS_ACC, delta_token
 from .errors import OracleError
 
 __all__ = ["DeltaPrefill", "delta_prefill_tolerance", "expect_delta_prefill", "plan_delta_prefill"]
@@ -89,10 +89,6 @@ def delta_prefill_tolerance(state_dtype: str, act_dtype: str, mag, want, kdim: i
     return bound
 
 
-def _normed(xp, x, on: bool):
-    return x / xp.sqrt(xp.sum(x * x, -1, keepdims=True) + L2_EPS) if on else x
-
-
 def expect_delta_prefill(pool, q, k, v, g, beta, cu_seqlens, idx, has_init, *, scale: float, init=None,
                          first=None, last=None, computed=None, block_size: int = 0, pad: int = -1,
                          l2norm: bool = False, final: bool = True, state_dtype: str = "float32",
@@ -128,9 +124,6 @@ def expect_delta_prefill(pool, q, k, v, g, beta, cu_seqlens, idx, has_init, *, s
     for n, o, s in events:
         by_step.setdefault(o, []).append((n, s))
 
-    def dot(a, b):  # [A, HV, V, K] . [A, HV, K] -> [A, HV, V], batched BLAS
-        return (a @ b[..., None])[..., 0]
-
     # numpy: one sequence at a time (its [HV, V, K] state stays in cache); tensors: every sequence at once
     live_rows = np.flatnonzero(live)
     groups = [live_rows[i:i + 1] for i in range(live_rows.size)] if xp is _xp.NUMPY else [live_rows]
@@ -144,23 +137,12 @@ def expect_delta_prefill(pool, q, k, v, g, beta, cu_seqlens, idx, has_init, *, s
             act = members[sel]
             tok = xp.index(cu[act] + t)
             at = xp.index(sel)
-            qt = _normed(xp, q[tok][:, head_of], l2norm) * scale
-            kt = _normed(xp, k[tok][:, head_of], l2norm)
-            decay = xp.exp(g[tok])[:, :, None, :] if kda else xp.exp(g[tok])[:, :, None, None]
-            bt = beta[tok] if beta_v else beta[tok][:, :, None]
             s = s_all if full else s_all[at]
             m = m_all if full else m_all[at]
-            s *= decay
-            m *= xp.f32(decay)
-            kabs = xp.f32(abs(kt))
-            u = bt * (v[tok] - dot(s, kt))
-            mu = xp.f32(abs(bt) * abs(v[tok])) + xp.f32(abs(bt)) * dot(m, kabs)
-            s += u[..., None] * kt[:, :, None, :]
-            m += mu[..., None] * kabs[:, :, None, :]
+            out[tok], out_mag[tok] = delta_token(xp, s, m, q, k, v, g, beta, tok, head_of, scale=scale,
+                                                 l2norm=l2norm, kda=kda, beta_v=beta_v)
             if not full:
                 s_all[at], m_all[at] = s, m
-            out[tok] = dot(s, qt)
-            out_mag[tok] = dot(m, xp.f32(abs(qt)))
             care[cu[act] + t] = True
             due = [(place[n], slot) for n, slot in by_step.get(t + 1, ()) if n in place]
             if due:

@@ -161,6 +161,30 @@ def _normed(xp, x, on: bool):
     return x / xp.sqrt(xp.sum(x * x, -1, keepdims=True) + L2_EPS) if on else x
 
 
+def dot(a, b):
+    """[A, HV, V, K] . [A, HV, K] -> [A, HV, V], batched BLAS."""
+    return (a @ b[..., None])[..., 0]
+
+
+def delta_token(xp, s, m, q, k, v, g, beta, tok, head_of, *, scale: float, l2norm: bool, kda: bool,
+                beta_v: bool):
+    """One token (`tok`: its row in the packed inputs, one per state) of the gated delta rule, shared by the
+    update and prefill oracles: the states `s` [A, HV, V, K] and their magnitude bound `m` decayed and
+    given the rank-one update, in place; returns the output and its magnitude bound, [A, HV, V]."""
+    qt = _normed(xp, q[tok][:, head_of], l2norm) * scale          # [A, HV, K]
+    kt = _normed(xp, k[tok][:, head_of], l2norm)
+    decay = xp.exp(g[tok])[:, :, None, :] if kda else xp.exp(g[tok])[:, :, None, None]
+    bt = beta[tok] if beta_v else beta[tok][:, :, None]       # [A, HV, V or 1]
+    s *= decay
+    m *= xp.f32(decay)
+    kabs = xp.f32(abs(kt))
+    u = bt * (v[tok] - dot(s, kt))
+    mu = xp.f32(abs(bt) * abs(v[tok])) + xp.f32(abs(bt)) * dot(m, kabs)
+    s += u[..., None] * kt[:, :, None, :]
+    m += mu[..., None] * kabs[:, :, None, :]
+    return dot(s, qt), dot(m, xp.f32(abs(qt)))
+
+
 def expect_delta_update(pool, q, k, v, g, beta, cu_seqlens, idx, *, scale: float, nacc=None,
                         pad: int = -1, l2norm: bool = False, state_dtype: str = "float32",
                         out_dtype: str = "float32", buffer=None, inter_idx=None,
@@ -199,32 +223,17 @@ def expect_delta_update(pool, q, k, v, g, beta, cu_seqlens, idx, *, scale: float
         target[where] = values
         bound[where] = delta_tolerance(state_dtype, scale, values, depth * (t + 1))
 
-    def dot(a, b):  # [A, HV, V, K] . [A, HV, K] -> [A, HV, V], batched BLAS
-        return (a @ b[..., None])[..., 0]
-
     for t in range(int(lens.max(initial=0))):
         act = np.flatnonzero(plan.live & (t < lens))
         whole = act.size == len(lens)  # every sequence: work in place, no gather
         tok = xp.index(cu[act] + t)
         at = xp.index(act)
-        qt = _normed(xp, q[tok][:, head_of], l2norm) * scale          # [A, HV, K]
-        kt = _normed(xp, k[tok][:, head_of], l2norm)
-        kabs = abs(kt)
-        decay = xp.exp(g[tok])[:, :, None, :] if kda else xp.exp(g[tok])[:, :, None, None]
-        bt = beta[tok] if beta_v else beta[tok][:, :, None]       # [A, HV, V or 1]
         s = state if whole else state[at]
         m = mag if whole else mag[at]
-        s *= decay
-        m *= xp.f32(decay)
-        kabs = xp.f32(kabs)
-        u = bt * (v[tok] - dot(s, kt))
-        mu = xp.f32(abs(bt) * abs(v[tok])) + xp.f32(abs(bt)) * dot(m, kabs)
-        s += u[..., None] * kt[:, :, None, :]
-        m += mu[..., None] * kabs[:, :, None, :]
+        out[tok], out_mag[tok] = delta_token(xp, s, m, q, k, v, g, beta, tok, head_of, scale=scale, l2norm=l2norm,
+                                             kda=kda, beta_v=beta_v)
         if not whole:
             state[at], mag[at] = s, m
-        out[tok] = dot(s, qt)
-        out_mag[tok] = dot(m, xp.f32(abs(qt)))
         care[cu[act] + t] = True
         if plan.spec:
             seqs = np.flatnonzero(plan.write_mask[:, t])

@@ -23,9 +23,7 @@ from mambafuzz.cases.conv_update import DTYPES, LAYOUTS, ConvUpdateCase
 from .narrow import presence
 from .perturb import maybe_perturb
 from .profiles import Profile
-
-HUGE = 1 << 31
-MAX_SPARSE = 7 << 30
+from .updates import arena_pool, far_slot
 
 
 def _limits(profile: Profile) -> dict:
@@ -86,17 +84,9 @@ def conv_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int =
         idx[1] = tuple(idx[0][last[0]] if c == last[1] else v for c, v in enumerate(idx[1]))
 
     slot_bytes = dim * state_len * elem
-    slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
-    offset = elem * draw(st.integers(0, 16))
-    huge_n = lim["huge_one_in"]
-    if huge_n and draw(st.integers(0, huge_n - 1)) == 0:
-        # past 2^31 elements where the arena allows (a kernel's 32-bit slot * stride is in elements),
-        # else past 2 GiB of bytes (a byte offset in 32 bits)
-        reach = HUGE * elem if HUGE * elem + slot_stride * 4 < MAX_SPARSE else HUGE
-        if (reach - offset) // slot_stride + 4 >= HUGE - 1:  # slot numbers are int32 too
-            reach = HUGE
-        top_slot = (reach - offset) // slot_stride + draw(st.integers(0, 3))
-        top_slot = min(top_slot, (MAX_SPARSE - offset) // slot_stride - 1)
+    slot_stride, offset = arena_pool(draw, slot_bytes, elem)
+    top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride)
+    if top_slot is not None:
         live = []  # the entries a correct step reads or stores (a pad row's or an empty row's do nothing)
         for b in range(rows):
             if idx[b][init[b]] == pad or lens[b] == 0:

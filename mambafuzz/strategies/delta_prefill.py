@@ -21,6 +21,7 @@ from mambafuzz.cases.delta_prefill import DTYPES, LAYOUTS, DeltaPrefillCase
 
 from .narrow import presence
 from .perturb import maybe_perturb
+from .prefill import block_table, row_columns, table_columns
 from .profiles import Profile
 
 EDGES = (16, 32, 64)  # chunk edges engines use (FLA: 64; the project's kernel: 16)
@@ -32,10 +33,6 @@ def _limits(profile: Profile) -> dict:
                 "blocks": 3, "block_max": 34, "spare": 2}
     return {"rows": 16, "len": 300, "any": 300, "dims": (16, 32, 64, 100, 128), "heads": 4, "group": 2, "slots": 160,
             "blocks": 8, "block_max": 160, "spare": 3}
-
-
-def _crossed(c: int, length: int, bs: int) -> int:
-    return len(range(bs - c % bs, length, bs))
 
 
 def _near_edge(draw, high: int) -> int:
@@ -88,51 +85,16 @@ def delta_prefill_cases(draw, profile: Profile, pad: int = -1, layouts: tuple = 
         bs = block_multiple * draw(st.sampled_from(near or [1]) | st.integers(1, max(1, units)))
     geometry = [_row_geometry(draw, lim, bs) for _ in range(rows)]
     lens = tuple(length for _, length in geometry)
-    columns, has_init = [], []
-    for c, length in geometry:
-        if not apc:
-            columns.append((0, 0, 0))
-            has_init.append(draw(st.integers(0, 3)) > 0)
-        elif draw(st.integers(0, 3)) > 0:  # as the engine derives them
-            columns.append((max(-(-c // bs) - 1, 0), c // bs, max(-(-(c + length) // bs) - 1, 0)))
-            has_init.append(c > 0)
-        else:  # arbitrary columns, as many boundary columns as boundaries crossed
-            n = _crossed(c, length, bs) if length else 0
-            first = draw(st.integers(0, 2))
-            last = first + n
-            init = draw(st.sampled_from((last, first, draw(st.integers(0, last + 2)))))
-            columns.append((init, first, last))
-            has_init.append(draw(st.booleans()))
-    cols = max(max(col) for col in columns) + 1
-    cols += draw(st.integers(0, lim["spare"])) if apc or draw(st.booleans()) else 0
-    idx_2d = cols > 1 or draw(st.booleans())
-
-    first_slot = 0 if pad == -1 else 1  # pad 0 keeps slot 0 the null block
-    slot_count = max(draw(st.integers(1, lim["slots"])), first_slot + rows * cols + 1)
-    fresh = iter(draw(st.permutations(range(first_slot, slot_count))))
-    idx = []
-    for n in range(rows):
-        init, first, last = columns[n]
-        row = [next(fresh) for _ in range(cols)]
-        stores = [first + k for k in range(last - first)] + [last]
-        kind = draw(st.sampled_from(("live", "live", "live", "pad", "pad_dst", "spare_pad")))
-        if kind == "pad":
-            row[init] = pad
-            if draw(st.booleans()):  # a padding row of the batch: every entry the pad
-                row = [pad] * cols
-        elif kind == "pad_dst":
-            spare = [c for c in stores if c != init]
-            if spare:
-                row[draw(st.sampled_from(spare))] = pad
-        elif kind == "spare_pad":  # unused entries hold the pad (blocks not allocated)
-            row = [v if c <= max(init, last) else pad for c, v in enumerate(row)]
-        idx.append(tuple(row))
+    columns, has_init = row_columns(draw, geometry, bs, max_first=2)
+    cols, idx_2d = table_columns(draw, columns, apc, lim["spare"])
+    slot_count, idx = block_table(draw, columns, cols, pad, lim["slots"])
     inits, firsts, lasts = zip(*columns)
     return DeltaPrefillCase(
         arena_size=64, dtype=draw(st.sampled_from(tuple(DTYPES))), act_dtype=draw(st.sampled_from(tuple(DTYPES))),
         layout=draw(st.sampled_from(tuple(layouts))), slots=slot_count, heads=draw(st.integers(1, lim["heads"])),
         group=draw(st.integers(1, lim["group"])), key_dim=key_dim, value_dim=value_dim, lens=lens,
-        idx=tuple(idx), has_init=tuple(has_init), idx_2d=idx_2d, idx_stride=cols + draw(st.sampled_from([0, 0, 1, 3])),
+        idx=tuple(map(tuple, idx)), has_init=tuple(has_init), idx_2d=idx_2d,
+        idx_stride=cols + draw(st.sampled_from([0, 0, 1, 3])),
         apc=apc, block_size=bs or 0, init=inits if apc else None, first=firsts if apc else None,
         last=lasts if apc else None, computed=tuple(c for c, _ in geometry) if apc else None, pad=pad,
         kda=presence(draw, kda), beta_per_v=draw(st.booleans()), l2norm=draw(st.booleans()),

@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from mambafuzz.cases.ssm_prefill import DTYPES, SsmPrefillCase
 
 from .perturb import maybe_perturb
+from .prefill import block_table, place_far_slot, row_columns, table_columns
 from .profiles import Profile
+from .updates import arena_pool, far_slot
 
-HUGE = 1 << 31
-MAX_SPARSE = 7 << 30
 EXACT_TOKENS = 96  # an exact row's |state| stays under 4 + L / 2 in quarters: 8 significant bits
+SSM_ROW_KINDS = ("live", "live", "live", "pad", "pad", "pad_dst", "spare_pad")  # pad rows twice as often
 
 
 def _limits(profile: Profile) -> dict:
@@ -33,10 +34,6 @@ def _limits(profile: Profile) -> dict:
                 "block_units": (16, 16), "spare": 2, "slots": 10, "huge_one_in": 3}
     return {"rows": 16, "heads": 8, "headdim": (8, 64), "dstate": (8, 128), "len": 300, "blocks": 6,
             "block_units": (64, 64), "spare": 3, "slots": 160, "huge_one_in": 4}
-
-
-def _crossed(c: int, length: int, bs: int) -> int:
-    return len(range(bs - c % bs, length, bs))
 
 
 def _row_geometry(draw, lim: dict, bs: int | None):
@@ -91,75 +88,19 @@ def ssm_prefill_cases(draw, profile: Profile, pad: int = -1, block_multiple: int
     if exact:
         geometry = [(c, min(length, EXACT_TOKENS)) for c, length in geometry]
     lens = tuple(length for _, length in geometry)
-    columns, has_init = [], []
-    for c, length in geometry:
-        if not apc:
-            columns.append((0, 0, 0))
-            has_init.append(draw(st.integers(0, 3)) > 0)
-        elif draw(st.integers(0, 3)) > 0:  # as the engine derives them
-            columns.append((max(-(-c // bs) - 1, 0), c // bs, max(-(-(c + length) // bs) - 1, 0)))
-            has_init.append(c > 0)
-        else:  # arbitrary columns, as many boundary columns as boundaries crossed
-            n = _crossed(c, length, bs) if length else 0
-            first = draw(st.integers(0, 3))
-            last = first + n
-            init = draw(st.sampled_from((last, first, draw(st.integers(0, last + 2)))))
-            columns.append((init, first, last))
-            has_init.append(draw(st.booleans()))
-    cols = max(max(col) for col in columns) + 1
-    cols += draw(st.integers(0, lim["spare"])) if apc or draw(st.booleans()) else 0
-    idx_2d = cols > 1 or draw(st.booleans())
-
-    first_slot = 0 if pad == -1 else 1  # pad 0 keeps slot 0 the null block
-    slot_count = max(draw(st.integers(1, lim["slots"])), first_slot + rows * cols + 1)
-    fresh = iter(draw(st.permutations(range(first_slot, slot_count))))
-    idx = []
-    for b in range(rows):
-        init, first, last = columns[b]
-        row = [next(fresh) for _ in range(cols)]
-        stores = [first + k for k in range(last - first)] + [last]
-        kind = draw(st.sampled_from(("live", "live", "live", "pad", "pad", "pad_dst", "spare_pad")))
-        if kind == "pad":
-            row[init] = pad
-            if draw(st.integers(0, 2)) == 0:  # a padding row of the batch: every entry the pad
-                row = [pad] * cols
-        elif kind == "pad_dst":
-            spare = [c for c in stores if c != init]
-            if spare:
-                row[draw(st.sampled_from(spare))] = pad
-        elif kind == "spare_pad":  # unused entries hold the pad (blocks not allocated)
-            row = [v if c <= max(init, last) else pad for c, v in enumerate(row)]
-        idx.append(row)
+    columns, has_init = row_columns(draw, geometry, bs)
+    cols, idx_2d = table_columns(draw, columns, apc, lim["spare"])
+    slot_count, idx = block_table(draw, columns, cols, pad, lim["slots"], kinds=SSM_ROW_KINDS,
+                                  whole_pad=lambda draw: draw(st.integers(0, 2)) == 0)
 
     elem = DTYPES[dtype]
     slot_bytes = heads * headdim * dstate * elem
     slot_stride, offset = slot_bytes, 0
     if exact:
-        slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
-        offset = elem * draw(st.integers(0, 16))
-        huge_n = lim["huge_one_in"]
-        if huge_n and draw(st.integers(0, huge_n - 1)) == 0:
-            # past 2^31 elements where the arena allows (a kernel's 32-bit slot * stride is in elements),
-            # else past 2 GiB of bytes (a byte offset in 32 bits)
-            reach = HUGE * elem if HUGE * elem + slot_stride * 4 < MAX_SPARSE else HUGE
-            if (reach - offset) // slot_stride + 4 >= HUGE - 1:  # slot numbers are int32 too
-                reach = HUGE
-            top_slot = -(-(reach - offset) // slot_stride) + draw(st.integers(0, 2))
-            top_slot = min(top_slot, (MAX_SPARSE - offset) // slot_stride - 1)
-            live = []  # the entries a correct prefill reads or stores
-            for b in range(rows):
-                init, first, last = columns[b]
-                if idx[b][init] == pad or lens[b] == 0:
-                    continue
-                if has_init[b]:
-                    live.append((b, init))
-                n = _crossed(geometry[b][0], lens[b], bs) if apc else 0
-                live += [(b, c) for c in [first + k for k in range(n)] + [last] if idx[b][c] != pad]
-            if live:
-                b, c = draw(st.sampled_from(sorted(set(live))))
-                keep = idx[b][c]
-                idx[b] = [top_slot if v == keep else v for v in idx[b]]
-                slot_count = top_slot + 1
+        slot_stride, offset = arena_pool(draw, slot_bytes, elem)
+        top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride, round_up=True)
+        if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
+            slot_count = top_slot + 1
     idx_stride = cols + draw(st.sampled_from([0, 0, 1, 3]))
     arena = offset + slot_count * slot_stride + 64 if exact else 64
     inits, firsts, lasts = zip(*columns)

@@ -24,9 +24,7 @@ from mambafuzz.cases.ssm_update import DTYPES, SsmUpdateCase
 from .narrow import presence
 from .perturb import maybe_perturb
 from .profiles import Profile
-
-HUGE = 1 << 31
-MAX_SPARSE = 7 << 30
+from .updates import arena_pool, far_slot
 
 
 def _limits(profile: Profile) -> dict:
@@ -101,13 +99,9 @@ def ssm_update_cases(draw, profile: Profile, pad: int = -1, min_accepted: int = 
     elem = DTYPES[dtype]
     slot_stride, offset = slot_bytes, 0
     if exact:  # the pool lives in the arena: padded slots, an offset, maybe past 2 GiB
-        slot_stride = slot_bytes + elem * draw(st.sampled_from([0, 0, 1, 8]))
-        offset = elem * draw(st.integers(0, 16))
-        if lim["huge_one_in"] and draw(st.integers(0, lim["huge_one_in"] - 1)) == 0:
-            reach = HUGE * elem if HUGE * elem + slot_stride * 4 < MAX_SPARSE else HUGE
-            # past the boundary, not just up to it: a slot whose offset stops short overflows nothing
-            top_slot = -(-(reach - offset) // slot_stride) + draw(st.integers(0, 2))
-            top_slot = min(top_slot, (MAX_SPARSE - offset) // slot_stride - 1)
+        slot_stride, offset = arena_pool(draw, slot_bytes, elem)
+        top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride, round_up=True)
+        if top_slot is not None:
             used = []  # the entries a correct step reads or stores (a pad row's or an empty row's do nothing)
             for b in range(rows):
                 read_col = max(nacc[b] - 1, 0) if spec else 0

@@ -4,9 +4,8 @@ check on, under the default options and under vLLM's narrowing (W <= 4, dim-cont
 sizes a multiple of 8, prefix caching on)."""
 import pytest
 
-from common import clean_under_zoo_fuzzing, zoo_options
+from common import caught_and_shrunk, clean_under_zoo_fuzzing
 from mambafuzz.kernels import registry
-from mambafuzz.search.fuzz import fuzz_target
 
 ROWS = [e.id for e in registry.ZOO if e.contract == "conv_prefill"]
 VLLM = {"max_width": "4", "conv_layout": "dim", "block_multiple": "8", "cache_mode": "all"}
@@ -24,11 +23,7 @@ def test_the_rows_are_the_bug_classes_of_prefix_caching_prefill():
 def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
     """Caught by a declared kind and cut to at most two rows within a few seconds of shrinking (the CI's
     budget: shrinking to the end takes up to 40 s a row here)."""
-    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path, shrink_budget=4))
-    f = report.finding
-    assert f is not None, f"{zoo_id} escaped {report.examples} examples"
-    assert f.verdict.kind in registry.zoo_entry(zoo_id).caught_as("cpu"), f.verdict.summary()
-    assert len(f.case.lens) <= 2 and f.path is not None and f.path.exists(), f.case.describe()
+    caught_and_shrunk(zoo_id, tmp_path, lambda case: case.lens, shrink_budget=4)
 
 
 @pytest.mark.matrix

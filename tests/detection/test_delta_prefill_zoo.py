@@ -3,9 +3,8 @@ two sequences; the correct chunked Triton kernel and the torch path clean under 
 under the default options and under KDA with prefix caching and pad 0."""
 import pytest
 
-from common import clean_under_zoo_fuzzing, zoo_options
+from common import caught_and_shrunk, clean_under_zoo_fuzzing
 from mambafuzz.kernels import registry
-from mambafuzz.search.fuzz import fuzz_target
 
 ROWS = [e.id for e in registry.ZOO if e.contract == "delta_prefill"]
 
@@ -21,11 +20,7 @@ def test_the_rows_are_the_bug_classes_of_chunked_prefill():
 @pytest.mark.parametrize("zoo_id", ROWS)
 def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
     """Caught by a declared kind and cut to at most two sequences within a few seconds of shrinking."""
-    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path, shrink_budget=10))
-    f = report.finding
-    assert f is not None, f"{zoo_id} escaped {report.examples} examples"
-    assert f.verdict.kind in registry.zoo_entry(zoo_id).caught_as("cpu"), f.verdict.summary()
-    assert len(f.case.lens) <= 2 and f.path is not None and f.path.exists(), f.case.describe()
+    caught_and_shrunk(zoo_id, tmp_path, lambda case: case.lens, shrink_budget=10)
 
 
 @pytest.mark.matrix

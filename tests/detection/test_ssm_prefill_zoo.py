@@ -4,9 +4,8 @@ check on, under the default options and under vLLM's narrowing (block sizes a mu
 caching on, pad 0)."""
 import pytest
 
-from common import clean_under_zoo_fuzzing, zoo_options
+from common import caught_and_shrunk, clean_under_zoo_fuzzing
 from mambafuzz.kernels import registry
-from mambafuzz.search.fuzz import fuzz_target
 
 ROWS = [e.id for e in registry.ZOO if e.contract == "ssm_prefill"]
 VLLM = {"block_multiple": "16", "cache_mode": "all"}
@@ -23,11 +22,7 @@ def test_the_rows_are_the_bug_classes_of_chunked_scan_prefill():
 @pytest.mark.parametrize("zoo_id", ROWS)
 def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
     """Caught by a declared kind and cut to at most two rows within two seconds of shrinking (CI's budget)."""
-    report = fuzz_target(registry.get(f"zoo.{zoo_id}"), zoo_options(tmp_path, shrink_budget=2))
-    f = report.finding
-    assert f is not None, f"{zoo_id} escaped {report.examples} examples"
-    assert f.verdict.kind in registry.zoo_entry(zoo_id).caught_as("cpu"), f.verdict.summary()
-    assert len(f.case.lens) <= 2 and f.path is not None and f.path.exists(), f.case.describe()
+    caught_and_shrunk(zoo_id, tmp_path, lambda case: case.lens, shrink_budget=2)
 
 
 @pytest.mark.matrix
