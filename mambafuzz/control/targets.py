@@ -12,7 +12,6 @@ import fnmatch
 import importlib
 import os
 import sys
-from pathlib import Path
 
 from mambafuzz import contracts
 from mambafuzz.errors import UsageError

@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import textwrap
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
