@@ -12,6 +12,13 @@ its columns and the tokens computed before, blocks ``block_size`` tokens long; w
 reads and stores column 0.  ``final`` False: no final state is asked for (``output_final_state``).
 ``kda``: the decay is per K; ``beta_per_v``: beta ``[T, HV, V]``; ``l2norm``: q and k l2-normalised in
 the kernel.  Values come from the seed.
+
+``exact`` draws values for which any order of fp32 math is exact (no decay: g = 0; beta 0 or 1; each key
+one-hot or zero; v and the pool multiples of 1/4 in [-4, 4]; no l2norm): every stored state is then a pool
+or v value, so the pool lives in the arena at byte ``offset``, slots ``slot_pad`` elements of padding apart
+(``slot_stride``), and is compared byte for byte there (slot padding, pools past 2 GiB, sparse past 256 MiB);
+``out`` stays a tensor compared within the bound.  Otherwise the pool is a tensor of its own (no offset, no
+padding).
 """
 from __future__ import annotations
 
@@ -45,6 +52,8 @@ class DeltaPrefillCase(PrefillCase):
         "beta_per_v": boolean("beta_per_v"),
         "l2norm": boolean("l2norm"),
         "final": boolean("final"),
+        "exact": boolean("exact"),
+        "slot_pad": lambda v: check_int("slot_pad", v, 0),
     }
     arena_size: int
     dtype: str
@@ -71,6 +80,9 @@ class DeltaPrefillCase(PrefillCase):
     beta_per_v: bool = False
     l2norm: bool = False
     final: bool = True
+    exact: bool = False
+    offset: int = 0
+    slot_pad: int = 0
     seed: int = 0
     perturb: tuple[int, int, int, int, int] | None = None
 
@@ -86,20 +98,24 @@ class DeltaPrefillCase(PrefillCase):
     def slot_bytes(self) -> int:
         return self.value_heads * self.head_elems * self.elem
 
-    def _pool_slack(self) -> int:
-        return 0  # a pool of its own: no offset, no slot padding
+    @property
+    def slot_stride(self) -> int:
+        """Bytes from one slot to the next (in the arena: the slot and its padding)."""
+        return self.slot_bytes + self.slot_pad * self.elem
 
     @property
     def size(self) -> tuple:
         """Shrinks towards fewer sequences and tokens, smaller heads, fewer columns, no extras, low slots."""
         return self._size(self.value_heads * self.head_elems,
                           self.kda + self.beta_per_v + self.l2norm + (not self.final)
-                          + (self.act_dtype != "float32") + (self.layout != "vk"))
+                          + (self.act_dtype != "float32") + (self.layout != "vk") + self.exact)
 
     def describe(self) -> str:
         kinds = "".join(f" {name}" for name, on in (("kda", self.kda), ("beta[V]", self.beta_per_v),
                                                    ("l2norm", self.l2norm)) if on)
         final = "" if self.final else "; no final state asked for"
+        if self.exact:
+            final += f"; exact (in the arena at +{self.offset}, stride {self.slot_stride} B)"
         return (f"pool {self.slots}x{self.value_heads}x{self.value_dim}x{self.key_dim} (HV x V x K) {self.dtype} "
                 f"{self.layout}; H {self.heads}, acts {self.act_dtype}{kinds}{self._apc_note()}{final}; "
                 f"{self._rows_note()}; pad {self.pad}{self._perturb_note()}")

@@ -25,7 +25,8 @@ sequence's: the final state decays by the next sequence's gates: cuLA #38), ``NO
 state stored though none was asked for: cuLA #66), ``NO_HAS_INIT`` (``has_initial_state`` ignored:
 tpu-inference #2431), ``WRONG_CHUNK`` (a boundary stores the state of the chunk before it: SGLang #31833 /
 #33450), ``BF16_CKPT`` (boundary states rounded through bfloat16: SGLang #34820), ``ZERO_LEN`` (an empty
-sequence runs one token: the next sequence's, or past the tensors: vllm-ascend #11438 / #11807).
+sequence runs one token: the next sequence's, or past the tensors: vllm-ascend #11438 / #11807),
+``I32_OFFSET`` (a slot's offset ``slot * stride`` formed in 32 bits: wraps past 2^31 elements).
 """
 from __future__ import annotations
 
@@ -34,15 +35,24 @@ import triton
 import triton.language as tl
 
 from .launch import variant_flags
-from .zoo import ZooEntry
+from .zoo import PAST_2GIB, ZooEntry
 
 CONTRACT = "delta_prefill"
 DESCRIPTION = ("Triton gated-delta-rule prefill (GDN / KDA), chunked (16 tokens, WY form with tl.dot): grid "
                "(sequences x value heads, V blocks), the initial state in registers before any store, a state "
                "stored at every block boundary and the final one, int64 slot offsets")
-FLAGS = ("KDA_LAYOUT", "TAIL_GATE", "NO_FINAL_CHECK", "NO_HAS_INIT", "WRONG_CHUNK", "BF16_CKPT", "ZERO_LEN")
+FLAGS = ("KDA_LAYOUT", "TAIL_GATE", "NO_FINAL_CHECK", "NO_HAS_INIT", "WRONG_CHUNK", "BF16_CKPT", "ZERO_LEN",
+         "I32_OFFSET")
 CHUNK = 16
 MAX_BV = 32
+
+
+@triton.jit
+def _slot_offset(slot, stride, I32_OFFSET: tl.constexpr):
+    """Elements from the pool's start to `slot`'s: int64 (I32_OFFSET: the product in 32 bits, wrapping)."""
+    if I32_OFFSET:
+        return (slot.to(tl.int32) * stride.to(tl.int32)).to(tl.int64)
+    return slot.to(tl.int64) * stride
 
 
 @triton.jit(do_not_specialize=["scale", "pad", "block_size", "n_tokens", "H", "HV", "K", "V", "idx_row_stride",
@@ -54,7 +64,7 @@ def _delta_prefill_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, cu_pt
                           KDA: tl.constexpr, BETA_V: tl.constexpr, L2NORM: tl.constexpr, APC: tl.constexpr,
                           FINAL: tl.constexpr, KDA_LAYOUT: tl.constexpr, TAIL_GATE: tl.constexpr,
                           NO_FINAL_CHECK: tl.constexpr, NO_HAS_INIT: tl.constexpr, WRONG_CHUNK: tl.constexpr,
-                          BF16_CKPT: tl.constexpr, ZERO_LEN: tl.constexpr):
+                          BF16_CKPT: tl.constexpr, ZERO_LEN: tl.constexpr, I32_OFFSET: tl.constexpr):
     pid = tl.program_id(0)
     n = pid // HV
     hv = pid % HV
@@ -93,7 +103,7 @@ def _delta_prefill_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, cu_pt
         if NO_HAS_INIT:
             has = has * 0 + 1
         if has != 0:
-            b_h = tl.load(state_ptr + src * s_slot + within, mask=mask_h, other=0.0).to(tl.float32)
+            b_h = tl.load(state_ptr + _slot_offset(src, s_slot, I32_OFFSET) + within, mask=mask_h, other=0.0).to(tl.float32)
         b_prev = b_h
         pos = bos * 0
         kst = bos * 0
@@ -172,14 +182,14 @@ def _delta_prefill_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, cu_pt
                                 b_s = b_prev
                             if BF16_CKPT:
                                 b_s = b_s.to(tl.bfloat16).to(tl.float32)
-                            tl.store(state_ptr + dst * s_slot + within_st, b_s.to(state_ptr.dtype.element_ty),
+                            tl.store(state_ptr + _slot_offset(dst, s_slot, I32_OFFSET) + within_st, b_s.to(state_ptr.dtype.element_ty),
                                      mask=mask_h)
                         kst += 1
                         nb += block_size
         if FINAL or NO_FINAL_CHECK:
             dst = tl.load(idx_ptr + row + c_last * idx_col_stride).to(tl.int64)
             if dst != pad:
-                tl.store(state_ptr + dst * s_slot + within_st, b_h.to(state_ptr.dtype.element_ty), mask=mask_h)
+                tl.store(state_ptr + _slot_offset(dst, s_slot, I32_OFFSET) + within_st, b_h.to(state_ptr.dtype.element_ty), mask=mask_h)
 
 
 def _vk_strides(tensor, layout: str):
@@ -279,7 +289,7 @@ def torch_fn(q, k, v, g, beta, ssm_state, cu_seqlens, ssm_state_indices, has_ini
 VARIANTS = {None: {}, "DP-KDALAYOUT": {"KDA_LAYOUT": True}, "DP-TAIL": {"TAIL_GATE": True},
             "DP-NOFINAL": {"NO_FINAL_CHECK": True}, "DP-NOINIT": {"NO_HAS_INIT": True},
             "DP-WRONGCHUNK": {"WRONG_CHUNK": True}, "DP-BF16CKPT": {"BF16_CKPT": True},
-            "DP-ZEROLEN": {"ZERO_LEN": True}}
+            "DP-ZEROLEN": {"ZERO_LEN": True}, "DP-I32": {"I32_OFFSET": True}}
 
 
 def contract_fn(variant=None):
@@ -345,4 +355,12 @@ ZOO = (
         "the next sequence's first output overwritten and a state stored for the empty one (mismatch), or a "
         "load past q (out of bounds)",
         cpu=("mismatch", "oob", "race"), gpu=("mismatch", "fault")),
+    ZooEntry(
+        "DP-I32", "delta_prefill", "wrong",
+        "the state offset slot * stride in 32 bits: a slot past 2^31 elements wraps (the int32-offset family of "
+        "vLLM #20838 and state-spaces/mamba #884)",
+        "delta_prefill(variant='DP-I32'): slot.to(int32) * stride.to(int32)",
+        "wrong or out of bounds when a slot the prefill reads or stores starts past 2^31 elements (exact cases: "
+        "the pool in the arena)",
+        cpu=("mismatch", "oob", "race"), gpu=("fault", "mismatch"), memory=PAST_2GIB),
 )

@@ -11,7 +11,11 @@ slot also a destination or not).  Rows without an initial state read nothing fro
 values; pad rows, pad destinations and unallocated (pad) table entries; no final state asked for one
 case in six; both pool layouts, GDN's per-head and KDA's per-K gate, beta per head or per V, grouped
 value heads, 16-bit states and activations.  Live rows never share a slot.  The CPU profile is small
-(K, V 4..16, up to 34 tokens a row, 4 rows): every program is interpreted.
+(K, V 4..16, up to 34 tokens a row, 4 rows): every program is interpreted.  One case in four is ``exact``
+(values any fp32 order keeps exact: no decay, beta 0 or 1, one-hot keys, no l2norm; the case type's
+docstring): its pool lives in the arena, with slot padding, an offset and, one in ``huge_one_in``, a slot
+the prefill reads or stores past 2^31 elements (16-bit states) or 2 GiB, reached by a slot number (the
+pool sparse in the arena: judging it costs its held slots, not its size).
 """
 from __future__ import annotations
 
@@ -21,8 +25,9 @@ from mambafuzz.cases.delta_prefill import DTYPES, LAYOUTS, DeltaPrefillCase
 
 from .narrow import presence
 from .perturb import maybe_perturb
-from .prefill import block_table, row_columns, table_columns
+from .prefill import block_table, place_far_slot, row_columns, table_columns
 from .profiles import Profile
+from .updates import arena_pool, far_slot
 
 EDGES = (16, 32, 64)  # chunk edges engines use (FLA: 64; the project's kernel: 16)
 
@@ -30,9 +35,9 @@ EDGES = (16, 32, 64)  # chunk edges engines use (FLA: 64; the project's kernel: 
 def _limits(profile: Profile) -> dict:
     if profile.max_rows <= 16:  # the CPU profile: every program is interpreted
         return {"rows": 4, "len": 34, "any": 20, "dims": (4, 5, 8, 12, 16), "heads": 2, "group": 2, "slots": 10,
-                "blocks": 3, "block_max": 34, "spare": 2}
+                "blocks": 3, "block_max": 34, "spare": 2, "huge_one_in": 3}
     return {"rows": 16, "len": 300, "any": 300, "dims": (16, 32, 64, 100, 128), "heads": 4, "group": 2, "slots": 160,
-            "blocks": 8, "block_max": 160, "spare": 3}
+            "blocks": 8, "block_max": 160, "spare": 3, "huge_one_in": 4}
 
 
 def _near_edge(draw, high: int) -> int:
@@ -89,13 +94,27 @@ def delta_prefill_cases(draw, profile: Profile, pad: int = -1, layouts: tuple = 
     cols, idx_2d = table_columns(draw, columns, apc, lim["spare"])
     slot_count, idx = block_table(draw, columns, cols, pad, lim["slots"])
     inits, firsts, lasts = zip(*columns)
+    dtype, act_dtype = draw(st.sampled_from(tuple(DTYPES))), draw(st.sampled_from(tuple(DTYPES)))
+    layout, heads, group = (draw(st.sampled_from(tuple(layouts))), draw(st.integers(1, lim["heads"])),
+                            draw(st.integers(1, lim["group"])))
+    exact = draw(st.integers(0, 3)) == 0
+    arena, offset, slot_pad = 64, 0, 0
+    if exact:  # the pool in the arena; one case in huge_one_in, a slot a live row reads or stores far out
+        elem = DTYPES[dtype]
+        slot_bytes = heads * group * key_dim * value_dim * elem
+        slot_stride, offset = arena_pool(draw, slot_bytes, elem)
+        slot_pad = (slot_stride - slot_bytes) // elem
+        top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride, round_up=True)
+        if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
+            slot_count = top_slot + 1
+        arena = offset + slot_count * slot_stride + 64
     return DeltaPrefillCase(
-        arena_size=64, dtype=draw(st.sampled_from(tuple(DTYPES))), act_dtype=draw(st.sampled_from(tuple(DTYPES))),
-        layout=draw(st.sampled_from(tuple(layouts))), slots=slot_count, heads=draw(st.integers(1, lim["heads"])),
-        group=draw(st.integers(1, lim["group"])), key_dim=key_dim, value_dim=value_dim, lens=lens,
+        arena_size=arena, dtype=dtype, act_dtype=act_dtype,
+        layout=layout, slots=slot_count, heads=heads,
+        group=group, key_dim=key_dim, value_dim=value_dim, lens=lens,
         idx=tuple(map(tuple, idx)), has_init=tuple(has_init), idx_2d=idx_2d,
         idx_stride=cols + draw(st.sampled_from([0, 0, 1, 3])),
         apc=apc, block_size=bs or 0, init=inits if apc else None, first=firsts if apc else None,
         last=lasts if apc else None, computed=tuple(c for c, _ in geometry) if apc else None, pad=pad,
-        kda=presence(draw, kda), beta_per_v=draw(st.booleans()), l2norm=draw(st.booleans()),
-        final=draw(st.integers(0, 5)) > 0, seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))
+        kda=presence(draw, kda), beta_per_v=draw(st.booleans()), l2norm=not exact and draw(st.booleans()),
+        final=draw(st.integers(0, 5)) > 0, exact=exact, offset=offset, slot_pad=slot_pad, seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))

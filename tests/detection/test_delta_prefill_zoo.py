@@ -11,7 +11,7 @@ ROWS = [e.id for e in registry.ZOO if e.contract == "delta_prefill"]
 
 def test_the_rows_are_the_bug_classes_of_chunked_prefill():
     assert set(ROWS) == {"DP-KDALAYOUT", "DP-TAIL", "DP-NOFINAL", "DP-NOINIT", "DP-WRONGCHUNK", "DP-BF16CKPT",
-                         "DP-ZEROLEN"}
+                         "DP-ZEROLEN", "DP-I32"}
     for zoo_id in ROWS:  # each names the bug it mirrors
         assert "#" in registry.zoo_entry(zoo_id).description, zoo_id
 
@@ -27,6 +27,14 @@ def test_every_row_is_caught_and_shrunk(zoo_id, tmp_path):
 @pytest.mark.parametrize("name, examples", [("triton.delta_prefill", 12), ("torch.delta_prefill", 30)])
 def test_correct_kernels_pass_the_same_fuzzing(name, examples, tmp_path):
     clean_under_zoo_fuzzing(name, tmp_path, examples)
+
+
+def test_the_int32_offset_row_needs_a_pool_past_2_gib():
+    """DP-I32's bug shows only past 2^31 elements: the zoo deals it to a worker with room for one."""
+    from mambafuzz.kernels.zoo import PAST_2GIB
+
+    assert registry.zoo_entry("DP-I32").memory == PAST_2GIB
+    assert all(registry.zoo_entry(z).memory == 0 for z in ROWS if z != "DP-I32")
 
 
 @pytest.mark.matrix

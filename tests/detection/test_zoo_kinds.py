@@ -62,6 +62,7 @@ KINDS = {
     "DP-WRONGCHUNK":  ("delta_prefill", "mismatch",          "mismatch"),
     "DP-BF16CKPT":    ("delta_prefill", "mismatch",          "mismatch"),
     "DP-ZEROLEN":     ("delta_prefill", "mismatch oob race", "fault mismatch"),
+    "DP-I32":         ("delta_prefill", "mismatch oob race", "fault mismatch"),
 }
 
 
