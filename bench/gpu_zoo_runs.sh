@@ -14,7 +14,7 @@
 # and worst time to first failure over the rows caught, the rows not caught and why; the five runs' median of
 # medians and worst of worsts. Other steps: ttf (every row's time to first failure, 5 seeds: ~6 min), smoke.
 # Knobs: TTF_SEEDS (1 2 3 4 5), TTF_CAP (20 s a job), TTF_TIME (300: no job starts later), TTF_WORKERS (8),
-# ZOO_TIME (150), ZOO_K (auto: the zoo's default workers per GPU, from its memory; 1 for the one-worker zoo).
+# ZOO_TIME (150), ZOO_K (auto: the dealt zoo, K from the GPU memory; 1 for the one-worker zoo, the zoo default).
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 OUT=${OUT:-/tmp/mambafuzz-gpu}; mkdir -p "$OUT"

@@ -110,8 +110,8 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
                    help="on cuda with --isolate, K workers fuzz each GPU at once, under a CUDA MPS daemon of "
                         "the session's own (auto: for fuzz 1 core in 2 per GPU, at most 8; for zoo as many as leave each "
                         "worker's memory share room for the rows needing pools past 2 GiB, at most 4; 1: one "
-                        "worker); fuzz runs every target in every worker, zoo deals its rows out to the workers, "
-                        "slowest first")
+                        "worker, zoo's default); fuzz runs every target in every worker, zoo deals its rows out to "
+                        "the workers, slowest first")
     p.add_argument("--mps", action=argparse.BooleanOptionalAction, default=True,
                    help="with more than one worker per GPU, start a private CUDA MPS daemon so that their "
                         "kernels run side by side instead of time-slicing (--no-mps: time-slice)")
@@ -183,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--target", action="append", default=None, help="only these zoo targets (names or globs)")
         _add_run_options(p, max_examples=200, time_default=None)
         # a zoo row is there to be caught, not handed over: its shrink is short (--shrink-time)
-        p.set_defaults(crashes_dir=Path(".mambafuzz/zoo-crashes"), shrink_time=ZOO_SHRINK_TIME)
+        # one worker a GPU unless asked: the dealt zoo (auto, K) is built but not yet measured on a GPU
+        p.set_defaults(crashes_dir=Path(".mambafuzz/zoo-crashes"), shrink_time=ZOO_SHRINK_TIME, workers_per_gpu=1)
 
     def fill_replay(p):
         from mambafuzz import contracts  # deferred: the contracts import numpy and the oracles: --help and the parser do without

@@ -71,6 +71,17 @@ def test_zoo_on_cuda_runs_one_worker_unless_asked_and_deals_its_rows_to_k_worker
     assert call["workers_per_gpu"] == 8 and call["deadline"].seconds == 150
 
 
+def test_the_zoo_deals_to_k_from_the_gpus_memory_only_when_asked(pretend_cuda, monkeypatch):
+    """The dealt zoo is not yet measured on a GPU: one worker by default, whatever the memory; `auto` asks."""
+    from mambafuzz.control import gpu
+
+    monkeypatch.setattr(gpu, "query", lambda i=0: gpu.GpuInfo(total_bytes=141 << 30, capability=90))
+    cli.main(["zoo", "--device", "cuda", "--time", "60", "--json"])
+    assert pretend_cuda.pop()["workers_per_gpu"] == 1
+    cli.main(["zoo", "--device", "cuda", "--time", "60", "--json", "--workers-per-gpu", "auto"])
+    assert pretend_cuda.pop()["workers_per_gpu"] > 1
+
+
 def test_zoo_with_one_worker_a_gpu_still_orders_and_deals(pretend_cuda):
     cli.main(["zoo", "--device", "cuda", "--workers-per-gpu", "1", "--time", "60", "--json"])
     (call,) = pretend_cuda
