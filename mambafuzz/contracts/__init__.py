@@ -172,13 +172,8 @@ def get(name: str) -> Contract:
 def strategy(name: str, profile: Any = "cpu", **options):
     """The case strategy of contract `name` with its options (overlap='left', chains='forbidden', ...);
     `profile` is a ``mambafuzz.strategies`` Profile or its name ('cpu', 'gpu', 'gpu-amp', ...)."""
-    if isinstance(profile, str):
-        from mambafuzz.strategies.profiles import PROFILES  # deferred: Hypothesis loads with the first strategy, not with the registry
-        try:
-            profile = PROFILES[profile]
-        except KeyError:
-            raise UsageError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})") from None
-    return get(name).strategy(profile, **options)
+    from mambafuzz.strategies.profiles import resolve  # deferred: Hypothesis loads with the first strategy, not with the registry
+    return get(name).strategy(resolve(profile), **options)
 
 
 def of(case) -> Contract:

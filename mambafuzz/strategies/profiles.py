@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from mambafuzz.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -68,3 +70,12 @@ GPU = Profile("gpu", max_rows=256, max_copy_bytes=40_000, copy_block=1024, max_r
               max_dim=300, max_inner=64, max_tiles=16, max_state_len=1024, huge_one_in=2)
 GPU_AMP = dataclasses.replace(GPU, name="gpu-amp", amplify=True)
 PROFILES = {p.name: p for p in (CPU, GPU, GPU_AMP)}
+
+
+def resolve(profile: "Profile | str") -> Profile:
+    """A Profile, or the one of that name; UsageError in one line for an unknown name."""
+    if not isinstance(profile, str):
+        return profile
+    if profile not in PROFILES:
+        raise UsageError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+    return PROFILES[profile]
