@@ -45,13 +45,14 @@ import numpy as np
 
 from . import _xp
 from .conv_prefill import PrefillRow, plan_conv_prefill
-from .delta_update import EPS, EPS_ACC, delta_token
+from .delta_update import EPS, EPS_ACC, delta_step, token_inputs
 from .errors import OracleError
 
 __all__ = ["DeltaPrefill", "delta_prefill_tolerance", "expect_delta_prefill", "plan_delta_prefill"]
 
 CHUNK_TERMS = 2 * 64  # a chunk's sums: up to 64 terms, once in the solve and once into the state
 ACT_ROUNDING = 2.0    # chunk intermediates held in the activations' dtype (two roundings a chunk)
+STEP_BLOCK = 64       # token positions whose inputs are gathered at once ([64, sequences, HV, K] a block)
 
 
 @dataclass
@@ -96,7 +97,7 @@ def expect_delta_prefill(pool, q, k, v, g, beta, cu_seqlens, idx, has_init, *, s
     """The prefill on `pool` (float64 ``[S, HV, V, K]``), tokens q, k ``[T, H, K]``, v ``[T, HV, V]``, g
     ``[T, HV]`` or ``[T, HV, K]``, beta ``[T, HV]`` or ``[T, HV, V]`` (float64); `idx` ``[N][M]``.  Arrays
     are numpy or torch tensors on one device, the result's of the same kind (``care`` numpy).  Vectorised
-    over sequences, heads and elements: one pass per token position."""
+    over sequences, heads and elements: one pass per token position, a few array operations each."""
     xp = _xp.of(pool)
     slots, hv_count, vdim, kdim = pool.shape
     heads = q.shape[1]
@@ -118,38 +119,51 @@ def expect_delta_prefill(pool, q, k, v, g, beta, cu_seqlens, idx, has_init, *, s
     mag = xp.f32(abs(state))
     new_pool = xp.copy(pool)
     pool_bound = xp.zeros(pool.shape, f32=True)
-    out, out_mag = xp.zeros((len(q), hv_count, vdim)), xp.zeros((len(q), hv_count, vdim), f32=True)
     care = np.zeros(len(q), dtype=bool)
     by_step: dict[int, list] = {}
     for n, o, s in events:
         by_step.setdefault(o, []).append((n, s))
 
-    # numpy: one sequence at a time (its [HV, V, K] state stays in cache); tensors: every sequence at once
+    # numpy: one sequence at a time (its [HV, V, K] state stays in cache); tensors: every sequence at once,
+    # each step's token rows one slice of a table made up front (no index travels to the device a token),
+    # a sequence already done fed a neutral token (no decay, beta 0: its state and bound unchanged)
     live_rows = np.flatnonzero(live)
     groups = [live_rows[i:i + 1] for i in range(live_rows.size)] if xp is _xp.NUMPY else [live_rows]
+    neutral = len(q)  # one token past the end: zero q, k, v, g and beta
+    if xp is not _xp.NUMPY:
+        q, k, v, g, beta = (_padded(xp, a) for a in (q, k, v, g, beta))
+    out, out_mag = xp.zeros((neutral + 1, hv_count, vdim)), xp.zeros((neutral + 1, hv_count, vdim), f32=True)
     for members in groups:
         at_all = xp.index(members)
         s_all, m_all = state[at_all], mag[at_all]
         place = {int(n): i for i, n in enumerate(members)}
-        for t in range(int(lens[members].max(initial=0))):
-            sel = np.flatnonzero(t < lens[members])
-            full = sel.size == members.size
-            act = members[sel]
-            tok = xp.index(cu[act] + t)
-            at = xp.index(sel)
-            s = s_all if full else s_all[at]
-            m = m_all if full else m_all[at]
-            out[tok], out_mag[tok] = delta_token(xp, s, m, q, k, v, g, beta, tok, head_of, scale=scale,
-                                                 l2norm=l2norm, kda=kda, beta_v=beta_v)
-            if not full:
-                s_all[at], m_all[at] = s, m
-            care[cu[act] + t] = True
-            due = [(place[n], slot) for n, slot in by_step.get(t + 1, ()) if n in place]
-            if due:
-                local, dst = (np.array(c, dtype=np.int64) for c in zip(*due))
-                values, scale_ = s_all[xp.index(local)], m_all[xp.index(local)]
-                new_pool[xp.index(dst)] = values
-                pool_bound[xp.index(dst)] = delta_prefill_tolerance(state_dtype, act_dtype, scale_, values, kdim)
+        steps = int(lens[members].max(initial=0))
+        positions = np.arange(steps)[:, None]
+        rows_of = np.where(positions < lens[members][None], cu[members][None] + positions, neutral)
+        table = xp.index(rows_of)                                                 # [steps, members]
+        care[rows_of[rows_of < neutral]] = True
+        for t0 in range(0, steps, STEP_BLOCK):  # a block of steps' inputs gathered at once
+            block = token_inputs(xp, q, k, v, g, beta, table[t0:t0 + STEP_BLOCK], head_of, scale=scale,
+                                 l2norm=l2norm, kda=kda, beta_v=beta_v)
+            for j in range(min(STEP_BLOCK, steps - t0)):
+                t = t0 + j
+                tok = table[t]
+                out[tok], out_mag[tok] = delta_step(s_all, m_all, block.at(j))
+                due = [(place[n], slot) for n, slot in by_step.get(t + 1, ()) if n in place]
+                if due:
+                    local, dst = (np.array(c, dtype=np.int64) for c in zip(*due))
+                    values, scale_ = s_all[xp.index(local)], m_all[xp.index(local)]
+                    new_pool[xp.index(dst)] = values
+                    pool_bound[xp.index(dst)] = delta_prefill_tolerance(state_dtype, act_dtype, scale_, values,
+                                                                        kdim)
+    out, out_mag = out[:neutral], out_mag[:neutral]
     out_bound = delta_prefill_tolerance(act_dtype, act_dtype, out_mag, out, kdim)
     stored = sorted({s for _, _, s in events})
     return DeltaPrefill(new_pool, pool_bound, stored, out, out_bound, care)
+
+
+def _padded(xp, a):
+    """`a` [T, ...] with one more row of zeros: the neutral token a finished sequence is fed."""
+    out = xp.zeros((a.shape[0] + 1,) + tuple(a.shape[1:]))
+    out[:-1] = a
+    return out

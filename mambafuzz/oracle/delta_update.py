@@ -33,6 +33,7 @@ This oracle follows docs/contracts.md#delta_update.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -166,23 +167,56 @@ def dot(a, b):
     return (a @ b[..., None])[..., 0]
 
 
+class TokenInputs(NamedTuple):
+    """One token's inputs a state takes, for a batch of states (leading axes: any, the same for each):
+    q, k by value head (normed, q scaled), the decay, beta, v, and the magnitudes the bound takes."""
+
+    q: object       # [..., HV, K]
+    k: object       # [..., HV, K]
+    decay: object   # [..., HV, 1, K or 1]
+    beta: object    # [..., HV, V or 1]
+    v: object       # [..., HV, V]
+    decay32: object  # the rest float32: the bound's scale
+    kabs: object
+    qabs: object
+    babs: object
+    bvabs: object   # |beta| |v|
+
+    def at(self, j):
+        """The inputs of step `j` of a block of steps (views, no copy)."""
+        return TokenInputs(*(a[j] for a in self))
+
+
+def token_inputs(xp, q, k, v, g, beta, tok, head_of, *, scale: float, l2norm: bool, kda: bool,
+                 beta_v: bool) -> TokenInputs:
+    """The inputs of tokens `tok` (rows of the packed inputs: one per state, or [steps, states]) at once."""
+    qt = _normed(xp, q[tok][..., head_of, :], l2norm) * scale
+    kt = _normed(xp, k[tok][..., head_of, :], l2norm)
+    decay = xp.exp(g[tok])[..., None, :] if kda else xp.exp(g[tok])[..., None, None]
+    bt = beta[tok] if beta_v else beta[tok][..., None]
+    vt = v[tok]
+    return TokenInputs(qt, kt, decay, bt, vt, xp.f32(decay), xp.f32(abs(kt)), xp.f32(abs(qt)), xp.f32(abs(bt)),
+                       xp.f32(abs(bt) * abs(vt)))
+
+
+def delta_step(s, m, t: TokenInputs):
+    """One token of the gated delta rule on the states `s` [A, HV, V, K] and their magnitude bound `m`:
+    decayed and given the rank-one update, in place; returns the output and its magnitude bound [A, HV, V]."""
+    s *= t.decay
+    m *= t.decay32
+    u = t.beta * (t.v - dot(s, t.k))
+    mu = t.bvabs + t.babs * dot(m, t.kabs)
+    s += u[..., None] * t.k[..., None, :]
+    m += mu[..., None] * t.kabs[..., None, :]
+    return dot(s, t.q), dot(m, t.qabs)
+
+
 def delta_token(xp, s, m, q, k, v, g, beta, tok, head_of, *, scale: float, l2norm: bool, kda: bool,
                 beta_v: bool):
-    """One token (`tok`: its row in the packed inputs, one per state) of the gated delta rule, shared by the
-    update and prefill oracles: the states `s` [A, HV, V, K] and their magnitude bound `m` decayed and
-    given the rank-one update, in place; returns the output and its magnitude bound, [A, HV, V]."""
-    qt = _normed(xp, q[tok][:, head_of], l2norm) * scale          # [A, HV, K]
-    kt = _normed(xp, k[tok][:, head_of], l2norm)
-    decay = xp.exp(g[tok])[:, :, None, :] if kda else xp.exp(g[tok])[:, :, None, None]
-    bt = beta[tok] if beta_v else beta[tok][:, :, None]       # [A, HV, V or 1]
-    s *= decay
-    m *= xp.f32(decay)
-    kabs = xp.f32(abs(kt))
-    u = bt * (v[tok] - dot(s, kt))
-    mu = xp.f32(abs(bt) * abs(v[tok])) + xp.f32(abs(bt)) * dot(m, kabs)
-    s += u[..., None] * kt[:, :, None, :]
-    m += mu[..., None] * kabs[:, :, None, :]
-    return dot(s, qt), dot(m, xp.f32(abs(qt)))
+    """One token (`tok`: its row in the packed inputs, one per state) of the gated delta rule on `s` and
+    `m`, in place (``delta_step``); returns the output and its magnitude bound, [A, HV, V]."""
+    return delta_step(s, m, token_inputs(xp, q, k, v, g, beta, tok, head_of, scale=scale, l2norm=l2norm, kda=kda,
+                                         beta_v=beta_v))
 
 
 def expect_delta_update(pool, q, k, v, g, beta, cu_seqlens, idx, *, scale: float, nacc=None,

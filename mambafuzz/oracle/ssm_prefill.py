@@ -31,8 +31,8 @@ half more for margin, as measured on an H100; 2^-10 for float16, 2^-7 for bfloat
 of a sum over a chunk whose end it may be (K = 8: the exp, the products, a tree or MMA sum of up to 256
 terms); ``K eps32 W |a| M``: the cumulative sum's error, ``W`` (256, the longest chunk covered) ulps of the
 decay summed so far, which every weight's exp carries.  A stored state adds its rounding to the state
-dtype, ``eps_state |st|``, and 1e-6.  (``M`` and ``E`` are linear recurrences: they are summed in
-closed form where a state is stored, ``_scan``.)  A wrong slot, token, chunk or boundary, a decay taken from the wrong
+dtype, ``eps_state |st|``, and 1e-6.  (The state, ``M`` and ``E`` are linear recurrences: ``_scan``
+sums them piece by piece between stores, SSD's order in float64.)  A wrong slot, token, chunk or boundary, a decay taken from the wrong
 start, a state rounded to bfloat16: errors of the values' own size, or of bfloat16's (2^-8), far outside
 it for float32 states and the inputs' default scales (``bench/ssm_prefill_tolerance.py`` measures both).
 
@@ -56,6 +56,7 @@ EPS32 = 2.0 ** -24
 K = 8.0
 CHUNK_COVERED = 256  # the longest chunk the bound covers (vLLM's Mamba2 models: 256)
 FLOOR = 1e-6
+PIECE_ELEMENTS = 1 << 22  # a piece's gathered inputs at most (rows x tokens x heads x max(P, N)): 32 MiB of float64
 HOST_TILE = 1 << 16  # elements of a row group's [R, H, P, N] arrays on the host (float64: 512 KiB)
 
 
@@ -102,51 +103,87 @@ def expect_ssm_prefill(pool, x, dt, A, B, lens, idx, has_init, *, dt_bias=None, 
     return SsmPrefill(new_pool, pool_tol, stored, plan)
 
 
+def _pieces(live, n_tok, longest: int) -> np.ndarray:
+    """Each row's scan cut into pieces that end at its stores and are at most `longest` tokens, as tokens
+    done at each cut: ``[R, pieces + 1]`` (a row past its last store repeats it: empty pieces)."""
+    cuts = []
+    for p in live:
+        ends = {int(o) for _, o in p.stores}
+        ends |= set(range(longest, max(ends, default=0), longest))
+        cuts.append([0] + sorted(ends))
+    steps = max(len(c) for c in cuts)
+    return np.array([c + [c[-1]] * (steps - len(c)) for c in cuts], dtype=np.int64)
+
+
 def _scan(xp, live, pool, new_pool, pool_tol, x, dt, A, B, lens, dt_bias, softplus, eps_dot, eps_state):
-    """The sequential scan of the rows `live` (their plans), storing each due state into `new_pool` and its
-    bound into `pool_tol`.  The bound's recurrences (``M``, ``E``) are linear, so at a store after T tokens
-    they are summed in closed form, one matrix product over the tokens per head::
+    """The scan of the rows `live` (their plans), storing each due state into `new_pool` and its bound into
+    `pool_tol`.  The recurrences are linear, so the scan goes piece by piece between stores (SSD's order,
+    in float64): over a piece from s to e tokens done, with ``cs`` the cumulative sum of ``a`` (``cs_0 =
+    0``), ``c = K eps32 (1 + W |a|)`` and ``C`` its cumulative sum, ``v_u = |dt'_u x_u| |B_u|^T``::
 
-        E_T = exp(cs_T) C_1..T |st_0| + sum_u exp(cs_T - cs_u) (eps_dot + C_u..T) dt'_u |x_u| |B_u|
+        st_e = exp(cs_e - cs_s) st_s + sum_u exp(cs_e - cs_u+1) dt'_u x_u B_u^T
+        M_e  = exp(cs_e - cs_s) M_s  + sum_u exp(cs_e - cs_u+1) v_u
+        E_e  = exp(cs_e - cs_s) (E_s + (C_e - C_s) M_s) + sum_u exp(cs_e - cs_u+1) (eps_dot + C_e - C_u+1 + c_u) v_u
 
-    (``cs`` the cumulative sum of ``a``, ``C_u..T`` that of ``K eps32 (1 + W |a|)`` from token u to T): the
-    same numbers as carrying them token by token, without three more arrays through memory each token."""
-    heads = pool.shape[1]
+    each sum one matrix product a head over the piece's tokens: the token-by-token recurrences reordered
+    (float64: far below any bound; exact cases stay exact), a few dozen array operations a piece rather
+    than a few a token."""
+    heads, hdim = pool.shape[1], pool.shape[2]
+    rows, every = len(live), np.arange(len(live))
     at = xp.index(np.array([p.row for p in live]))
     n_tok = np.array([int(lens[p.row]) for p in live])
     x, dt, B = x[at], dt[at], B[at]
     group = xp.index(np.arange(heads) // (heads // B.shape[2]))
     reads = np.array([p.reads for p in live])
     st = xp.where(reads[:, None, None, None], pool[xp.index(np.array([p.src for p in live]))], 0.0)
-    start_mag = abs(st)
+    mag, err = abs(st), xp.zeros(st.shape)
     bias = 0.0 if dt_bias is None else dt_bias[None]
     d_all = dt + bias
     d_all = xp.softplus(d_all) if softplus else d_all                            # [R, T, H]
     tok = np.arange(dt.shape[1])
     d_all = d_all * xp.array((tok[None, :] < n_tok[:, None]).astype(np.float64))[..., None]  # past a row's end: 0
     a_all = A[None, None] * d_all                                                # [R, T, H]
-    cs = a_all.cumsum(1)
     charge = abs(a_all) * (K * EPS32 * CHUNK_COVERED) + K * EPS32
-    charged = charge.cumsum(1)
-    due: dict[int, list[tuple[int, int]]] = {}  # stores by tokens done: {t: [(row in the group, slot)]}
+    cs, charged = xp.zeros((rows, dt.shape[1] + 1, heads)), xp.zeros((rows, dt.shape[1] + 1, heads))
+    cs[:, 1:], charged[:, 1:] = a_all.cumsum(1), charge.cumsum(1)                # by tokens done
+    due: dict[tuple[int, int], list[int]] = {}
     for r, p in enumerate(live):
         for slot, o in p.stores:
-            due.setdefault(int(o), []).append((r, slot))
+            due.setdefault((r, int(o)), []).append(slot)
+    longest = int(np.clip(PIECE_ELEMENTS // (rows * heads * max(hdim, pool.shape[3])), 16, 256))
+    cuts = _pieces(live, n_tok, longest)
+    ri = xp.index(every)
+    for i in range(cuts.shape[1] - 1):
+        s, e = cuts[:, i], cuts[:, i + 1]
+        si, ei = xp.index(s), xp.index(e)
+        width = int((e - s).max())
+        if width:
+            lanes = np.arange(width)[None]
+            ui = xp.index(np.minimum(s[:, None] + lanes, dt.shape[1] - 1))       # [R, L]: the piece's tokens
+            inside = xp.array((lanes < (e - s)[:, None]).astype(np.float64))[..., None]
+            gap = (cs[ri, ei][:, None] - cs[ri[:, None], ui + 1]) * inside     # [R, L, H]; 0 past the piece
+            w = xp.exp(gap) * d_all[ri[:, None], ui] * inside
+            xw = x[ri[:, None], ui] * w[..., None]                               # [R, L, H, P]
+            bg = B[ri[:, None], ui][:, :, group]                                 # [R, L, H, N]
+            grown = charged[ri, ei][:, None] - charged[ri[:, None], ui + 1] + charge[ri[:, None], ui]
+            both = xp.zeros(xw.shape[:3] + (2 * hdim,))
+            both[..., :hdim] = abs(xw)
+            both[..., hdim:] = both[..., :hdim] * (eps_dot + grown)[..., None]
+            piece, abs_piece = _bmm(xp, xw, bg), _bmm(xp, both, abs(bg))          # [R, H, P, N], [R, H, 2P, N]
+        err += (charged[ri, ei] - charged[ri, si])[..., None, None] * mag
+        step = xp.exp(cs[ri, ei] - cs[ri, si])[..., None, None]
+        for a in (st, mag, err):
+            a *= step
+        if width:
+            st += piece
+            mag += abs_piece[:, :, :hdim]
+            err += abs_piece[:, :, hdim:]
+        for r in np.flatnonzero(e > s):
+            for slot in due.get((int(r), int(e[r])), ()):
+                new_pool[slot] = st[r]
+                pool_tol[slot] = err[r] + eps_state * abs(st[r]) + FLOOR
 
-    def bound(r: int, t: int):
-        """E after `t` tokens of row `r`: [H, P, N]."""
-        w = xp.exp(cs[r, t - 1][None] - cs[r, :t])                               # [t, H]
-        w = w * (eps_dot + charged[r, t - 1][None] - charged[r, :t] + charge[r, :t]) * d_all[r, :t]
-        xs = abs(x[r, :t]) * w[..., None]                                        # [t, H, P]
-        bs = abs(B[r, :t][:, group])                                             # [t, H, N]
-        terms = xp.copy(xs.swapaxes(0, 1).swapaxes(1, 2)) @ xp.copy(bs.swapaxes(0, 1))  # [H, P, N]; BLAS
-        return terms + (xp.exp(cs[r, t - 1]) * charged[r, t - 1])[:, None, None] * start_mag[r]
 
-    for t in range(int(n_tok.max())):
-        decay = xp.exp(a_all[:, t])[..., None, None]                             # [R, H, 1, 1]
-        u = (d_all[:, t][..., None] * x[:, t])[..., None] * B[:, t][:, group][:, :, None, :]  # [R, H, P, N]
-        st *= decay                                                              # in place: one pass each
-        st += u
-        for r, slot in due.get(t + 1, ()):
-            new_pool[slot] = st[r]
-            pool_tol[slot] = bound(r, t + 1) + eps_state * abs(st[r]) + FLOOR
+def _bmm(xp, a, b):
+    """``sum_l a[r, l, h, p] b[r, l, h, n]``: ``[R, H, P, N]``, one batched matrix product (BLAS)."""
+    return xp.copy(a.swapaxes(1, 2).swapaxes(2, 3)) @ xp.copy(b.swapaxes(1, 2))

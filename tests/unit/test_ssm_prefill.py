@@ -107,6 +107,34 @@ def test_the_oracle_agrees_with_a_slow_loop_and_its_bound_covers_a_chunked_float
         assert fits[got.stored].all() == inside
 
 
+def test_a_scan_cut_into_short_pieces_is_the_token_by_token_scan(monkeypatch):
+    """The oracle sums the scan piece by piece between stores; pieces also end every 16 tokens when the
+    gathered inputs would be large.  Cut that short, the states are still the slow loop's and the bounds
+    the uncut scan's, on the host and as tensors."""
+    from mambafuzz.oracle import ssm_prefill as sp
+
+    rng = np.random.default_rng(11)
+    rows, heads, groups, hdim, dstate, bs = 3, 2, 1, 3, 4, 8
+    lens, computed, has = [70, 0, 41], [3, 0, 0], [True, True, False]
+    cols = [derived_columns(c, n, bs) if n else (0, 0, 0, False) for c, n in zip(computed, lens)]
+    width = max(max(c[:3]) for c in cols) + 1
+    idx = [[b * width + k for k in range(width)] for b in range(rows)]
+    pool = rng.uniform(-2, 2, (rows * width, heads, hdim, dstate))
+    x, B = rng.standard_normal((rows, 70, heads, hdim)), rng.standard_normal((rows, 70, groups, dstate))
+    dt, A, bias = rng.uniform(-4, -2, (rows, 70, heads)), -rng.uniform(0.1, 1.0, heads), rng.uniform(0, 0.5, heads)
+    kw = dict(init=[c[0] for c in cols], first=[c[1] for c in cols], last=[c[2] for c in cols], computed=computed,
+              block_size=bs, dt_bias=bias, softplus=True)
+    whole = expect_ssm_prefill(pool, x, dt, A, B, lens, idx, has, **kw)
+    monkeypatch.setattr(sp, "PIECE_ELEMENTS", 1)  # pieces of 16 tokens at most
+    want = _slow(pool, x, dt, A, B, lens, idx, has, bias, True, kw["init"], kw["first"], kw["last"], computed, bs, -1)
+    for convert in (np.asarray, torch.from_numpy):
+        tensor_kw = dict(kw, dt_bias=convert(bias))
+        cut = expect_ssm_prefill(*(convert(v) for v in (pool, x, dt, A, B)), lens, idx, has, **tensor_kw)
+        assert np.allclose(np.asarray(cut.pool), want, rtol=1e-12, atol=1e-12)
+        assert np.allclose(np.asarray(cut.pool_tol), whole.pool_tol, rtol=1e-12, atol=0)
+        assert cut.stored.tolist() == whole.stored.tolist()
+
+
 def _chunked(pool, x, dt, A, B, lens, idx, has, bias, kw, from_chunk_start, chunk=8):
     """SSD's order in float32: pieces cut at chunk edges (batch positions) and block boundaries, the decay
     a cumulative sum, each weighted B rounded to fp16, the piece's terms summed by one matrix product."""
