@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU work, every step's exact command logged with the commit it ran at.
 # Usage (on the GPU box, repo root): OUT=/some/dir MF_COMMIT=<sha> bash bench/gpu_session.sh STEP...
-# Steps (pfjudge pfzoo pffuzz pfwait: issue 43's prefill judge benches, amplified SP-/DP- rows, clean fuzzes in the background; TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo defaultk (the default --workers-per-gpu: engine-style and update kernels) mpsmix (K=8 under MPS: a faulting zoo row beside correct kernels) updcompare (update contracts judged on the device vs the host) updbench (256-row update batches: the oracle on the device vs the host) fleetzoo (a --fleet campaign over the amplified zoo: FLEET_WORKERS processes standing in for boxes, FLEET_TIME each; needs redis-server and the redis package) rowseeds (ROWS fuzzed under SEEDS, ROW_TIME each, no database: how soon a row is found from a fresh start) conformance (each corpus kernel compiled and interpreted on the same inputs) cpzoo (the conv_prefill rows amplified, then its correct kernels fuzzed, also narrowed as vLLM's) useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
+# Steps (pfjudge pftol pfzoo pffuzz pfwait: issue 43's prefill judge benches, the ssm_prefill tolerance and delta_prefill bound, amplified SP-/DP- rows, clean fuzzes in the background; pfstart pfhold pfcollect: those fuzzes for PF_TIME, longer than one call, over several calls; TUNE_SECTIONS picks tune_large.py's sections; ZOO_TIME the amplified zoo's --time): info tests tune precompile reps reps100 kernel racy amp ampzoo defaultk (the default --workers-per-gpu: engine-style and update kernels) mpsmix (K=8 under MPS: a faulting zoo row beside correct kernels) updcompare (update contracts judged on the device vs the host) updbench (256-row update batches: the oracle on the device vs the host) fleetzoo (a --fleet campaign over the amplified zoo: FLEET_WORKERS processes standing in for boxes, FLEET_TIME each; needs redis-server and the redis package) rowseeds (ROWS fuzzed under SEEDS, ROW_TIME each, no database: how soon a row is found from a fresh start) conformance (each corpus kernel compiled and interpreted on the same inputs) cpzoo (the conv_prefill rows amplified, then its correct kernels fuzzed, also narrowed as vLLM's) useramp racemap timeline order small trust (the CPU interpreter tests on this box's Triton).  Results go to $OUT/w/ and, at the
 # end, into one archive $OUT/gpu_results.tgz (the device tool brings few files back).
 set -u
 export PYTHONPATH="$PWD:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
@@ -77,8 +77,8 @@ for step in "$@"; do
               --crashes-dir $W/cpclean-vllm-crashes > $W/cpclean_vllm.json 2> $W/cpclean_vllm.err; echo clean-vllm exit \$?;
             python3 -c \"import json; [print(t['target'], t['status'], t['examples'], t.get('rejected')) for f in ('$W/cpclean.json', '$W/cpclean_vllm.json') for t in json.load(open(f))['targets']]\"" ;;
     pfjudge) run pfjudge 300 "python3 bench/ssm_prefill_judge_bench.py --device cuda --out $W/ssm_prefill_judge.json > $W/ssm_prefill_judge.log 2>&1; tail -14 $W/ssm_prefill_judge.log;
-            python3 bench/delta_prefill_judge_bench.py --device cuda --out $W/delta_prefill_judge.json > $W/delta_prefill_judge.log 2>&1; tail -14 $W/delta_prefill_judge.log;
-            timeout 90 python3 bench/ssm_prefill_tolerance.py --device cuda --out $W/ssm_prefill_tolerance.md > $W/ssm_prefill_tolerance.log 2>&1; echo tolerance exit \$?; tail -20 $W/ssm_prefill_tolerance.md;
+            python3 bench/delta_prefill_judge_bench.py --device cuda --out $W/delta_prefill_judge.json > $W/delta_prefill_judge.log 2>&1; tail -14 $W/delta_prefill_judge.log" ;;
+    pftol) run pftol 200 "timeout 90 python3 bench/ssm_prefill_tolerance.py --device cuda --out $W/ssm_prefill_tolerance.md > $W/ssm_prefill_tolerance.log 2>&1; echo tolerance exit \$?; tail -20 $W/ssm_prefill_tolerance.md;
             timeout 90 python3 bench/delta_prefill_bound.py --device cuda --out $W/delta_prefill_bound.json > $W/delta_prefill_bound.log 2>&1; echo bound exit \$?; tail -20 $W/delta_prefill_bound.log" ;;
     pfzoo) run pfzoo $(( ${ZOO_TIME:-150} + 120 )) "TRITON_CACHE_DIR=\$(mktemp -d) $MF zoo --device cuda --profile gpu-amp --reps 50 --time ${ZOO_TIME:-150} --seed 1 --database none --json \
               --target 'zoo.SP-*' --target 'zoo.DP-*' --crashes-dir $W/pfzoo-crashes > $W/pfzoo.json 2> $W/pfzoo.err; echo pfzoo exit \$?;
@@ -97,6 +97,21 @@ for step in "$@"; do
     pfwait) wait; run pfwait 60 "python3 -c \"import json
 for c in ('ssm_prefill', 'delta_prefill'):
     d = json.load(open('$W/pffuzz_' + c + '.json')); [print(t['target'], t['status'], t['examples'], round(t['seconds'], 1)) for t in d['targets']]\"; grep pffuzz $W/commands.txt" ;;
+    pfstart) # the prefill reference kernels fuzzed clean PF_TIME each, longer than one device call: started in
+            # sessions of their own (setsid) so they outlive this call; pfhold keeps the box busy meanwhile,
+            # pfcollect waits for them and brings their files back (PF_DIR: outside $OUT, which each call empties)
+            PFD=${PF_DIR:-/tmp/pf}; mkdir -p "$PFD"
+            for t in ${PF_TARGETS:-triton.ssm_prefill torch.ssm_prefill triton.delta_prefill torch.delta_prefill}; do
+              cmd="$MF fuzz --device cuda --profile gpu-amp --reps 50 --time ${PF_TIME:-1200} --target $t --database $PFD/db-$t --json --crashes-dir $PFD/crash-$t"
+              echo "=== pfstart $(date -u +%FT%TZ) commit $COMMIT: $cmd" | tee -a "$W/commands.txt" "$PFD/commands.txt"
+              setsid nohup bash -c "timeout $(( ${PF_TIME:-1200} + 120 )) $cmd > $PFD/fuzz_$t.json 2> $PFD/fuzz_$t.err; echo \"--- $t exit \$? at \$(date -u +%FT%TZ)\" >> $PFD/commands.txt" > /dev/null 2>&1 < /dev/null &
+            done ;;
+    pfhold) [ $(( ${PF_HOLD:-500} - SECONDS )) -gt 0 ] && sleep $(( ${PF_HOLD:-500} - SECONDS ));  # until PF_HOLD s into this call
+             PFD=${PF_DIR:-/tmp/pf}; cat "$PFD/commands.txt"; tail -n 3 "$PFD"/*.err; cp -r "$PFD" "$W/pf" ;;
+    pfcollect) PFD=${PF_DIR:-/tmp/pf}
+            for _ in $(seq 1 ${PF_WAIT:-560}); do [ "$(grep -c '^--- ' "$PFD/commands.txt")" -ge "$(grep -c '^=== ' "$PFD/commands.txt")" ] && break; sleep 1; done
+            cp -r "$PFD" "$W/pf"; cat "$PFD/commands.txt"
+            for f in "$PFD"/fuzz_*.json; do python3 -c "import json, sys; d=json.load(open(sys.argv[1])); [print(t['target'], t['status'], t['examples'], round(t['seconds'], 1)) for t in d['targets']]" "$f"; done ;;
     *) echo "unknown step $step" ;;
   esac
 done
