@@ -76,8 +76,8 @@ for step in "$@"; do
             $MF fuzz --device cuda --profile gpu-amp --reps 50 --time ${CLEAN_TIME:-60} --json --database none --target triton.conv_prefill --max-width 4 --conv-layout dim --block-multiple 8 \
               --crashes-dir $W/cpclean-vllm-crashes > $W/cpclean_vllm.json 2> $W/cpclean_vllm.err; echo clean-vllm exit \$?;
             python3 -c \"import json; [print(t['target'], t['status'], t['examples'], t.get('rejected')) for f in ('$W/cpclean.json', '$W/cpclean_vllm.json') for t in json.load(open(f))['targets']]\"" ;;
-    pfjudge) run pfjudge 300 "python3 bench/ssm_prefill_judge_bench.py --device cuda --out $W/ssm_prefill_judge.json > $W/ssm_prefill_judge.log 2>&1; tail -14 $W/ssm_prefill_judge.log;
-            python3 bench/delta_prefill_judge_bench.py --device cuda --out $W/delta_prefill_judge.json > $W/delta_prefill_judge.log 2>&1; tail -14 $W/delta_prefill_judge.log" ;;
+    pfjudge) run pfjudge 300 "for r in ${PF_REPS:-20 100}; do python3 bench/ssm_prefill_judge_bench.py --device cuda --reps \$r --out $W/ssm_prefill_judge_\$r.json > $W/ssm_prefill_judge_\$r.log 2>&1; tail -8 $W/ssm_prefill_judge_\$r.log;
+            python3 bench/delta_prefill_judge_bench.py --device cuda --reps \$r --out $W/delta_prefill_judge_\$r.json > $W/delta_prefill_judge_\$r.log 2>&1; tail -8 $W/delta_prefill_judge_\$r.log; done" ;;
     pftol) run pftol 200 "timeout 90 python3 bench/ssm_prefill_tolerance.py --device cuda --out $W/ssm_prefill_tolerance.md > $W/ssm_prefill_tolerance.log 2>&1; echo tolerance exit \$?; tail -20 $W/ssm_prefill_tolerance.md;
             timeout 90 python3 bench/delta_prefill_bound.py --device cuda --out $W/delta_prefill_bound.json > $W/delta_prefill_bound.log 2>&1; echo bound exit \$?; tail -20 $W/delta_prefill_bound.log" ;;
     pfzoo) run pfzoo $(( ${ZOO_TIME:-150} + 120 )) "TRITON_CACHE_DIR=\$(mktemp -d) $MF zoo --device cuda --profile gpu-amp --reps 50 --time ${ZOO_TIME:-150} --seed 1 --database none --json \
