@@ -40,14 +40,35 @@ def host_arm(*modules):
     return switch
 
 
-def measure(case, fn, device, reps, repeat, sync, split: bool = False) -> dict:
+class OracleTimer:
+    """`module`.`name` (a contract module's oracle function) wrapped to time its calls, synchronised:
+    ``last`` the seconds of the latest call (the oracle's part of ``materialize``)."""
+
+    def __init__(self, module, name: str, sync):
+        self.last = 0.0
+        inner = getattr(module, name)
+
+        def timed(*args, **kwargs):
+            sync()
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                sync()
+                self.last = time.perf_counter() - t0
+        setattr(module, name, timed)
+
+
+def measure(case, fn, device, reps, repeat, sync, split: bool = False, oracle: OracleTimer | None = None) -> dict:
     """Best of `repeat`: ``materialize`` plus one ``compare`` (``judge_s``; `split`: ``materialize_s`` and
     ``compare_s``), one launch of `fn` (``kernel_s``), the whole example at `reps` repetitions as a fuzz run
-    judges it (``example_s``).  Every run must be judged correct."""
+    judges it (``example_s``); with `oracle`, the oracle's part of materialize (``oracle_s``).  Every run
+    must be judged correct."""
     from mambafuzz.judge.engine import run_case
     from mambafuzz.judge.materialize import materialize
 
     keys = ("materialize_s", "compare_s") if split else ("judge_s",)
+    keys += ("oracle_s",) if oracle else ()
     best = dict.fromkeys(keys + ("kernel_s", "example_s"), float("inf"))
     for _ in range(repeat):
         sync()
@@ -70,6 +91,7 @@ def measure(case, fn, device, reps, repeat, sync, split: bool = False) -> dict:
         example = time.perf_counter() - t0
         assert verdict.kind is None, verdict
         judged = (made, compared) if split else (made + compared,)
+        judged += (oracle.last,) if oracle else ()
         for key, value in zip(keys + ("kernel_s", "example_s"), judged + (ran, example)):
             best[key] = min(best[key], value)
     return best

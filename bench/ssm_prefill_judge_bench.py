@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _contract_bench import commit as head, host_arm, measure  # noqa: E402
+from _contract_bench import OracleTimer, commit as head, host_arm, measure  # noqa: E402
 
 SHAPES = [  # rows, tokens a row (about: rows start mid-chunk), heads, headdim, dstate, state, io, block size
     (16, 128, 8, 64, 128, "float32", "bfloat16", 64),     # 16 requests, about 2048 tokens
@@ -50,13 +50,14 @@ def main() -> int:
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     switch = host_arm(ssm_prefill)
+    timer = OracleTimer(ssm_prefill, "expect_ssm_prefill", sync)
     kind = "triton" if args.device == "cuda" else "torch"
     commit = head()
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"ssm_prefill judge: oracle on the device vs on the host ({name}, torch {torch.__version__}, "
           f"python {platform.python_version()}, commit {commit}, {args.reps} reps)")
-    print("| shape | tokens | arm | judge ms | kernel ms | example ms |")
-    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    print("| shape | tokens | arm | judge ms | oracle ms | kernel ms | example ms |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     results = []
     fn = registry.get(f"{kind}.ssm_prefill").fn
     for k, shape in enumerate(SHAPES):
@@ -65,10 +66,11 @@ def main() -> int:
         row = {"shape": list(shape), "tokens": sum(case.lens)}
         for host in ((False, True) if k % 2 == 0 else (True, False)):
             switch(host)
-            best = measure(case, fn, args.device, args.reps, args.repeat, sync)
+            best = measure(case, fn, args.device, args.reps, args.repeat, sync, oracle=timer)
             arm = "host" if host else "device"
             row[arm] = best
-            print(f"| {shape} | {sum(case.lens)} | {arm} | {best['judge_s'] * 1e3:.1f} | {best['kernel_s'] * 1e3:.2f} "
+            print(f"| {shape} | {sum(case.lens)} | {arm} | {best['judge_s'] * 1e3:.1f} | {best['oracle_s'] * 1e3:.1f} "
+                  f"| {best['kernel_s'] * 1e3:.2f} "
                   f"| {best['example_s'] * 1e3:.1f} |", flush=True)
         switch(False)
         results.append(row)
