@@ -17,6 +17,21 @@ WITNESS_MIN_SECONDS = 5.0  # less left than this: no CPU witness (the child's im
 WITNESS_SHRINK_PART = 0.6  # of the witness's time, the child's shrinking (the rest: imports, the first run)
 
 
+_ON_PROGRESS: list = [None]  # this process's listener: a session worker's "still going" to its parent
+
+
+def on_progress(listener) -> None:
+    """Hear of each repetition judged (None: stop).  A session worker tells its parent, so that a slow
+    example that is still repeating is not a hang: a hang is no repetition for ``--hang-timeout``."""
+    _ON_PROGRESS[0] = listener
+
+
+def progressed() -> None:
+    """A repetition finished (the device synchronised, or the host judged it)."""
+    if _ON_PROGRESS[0] is not None:
+        _ON_PROGRESS[0]()
+
+
 @dataclass(frozen=True)
 class Deadline:
     """``seconds`` from when it is ``started`` (None: no limit); ``end`` on ``time.monotonic()``.

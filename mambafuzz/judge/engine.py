@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mambafuzz.control import mps  # the worker's sharing of its GPU, as the session set it up
-from mambafuzz.control.clock import Deadline
+from mambafuzz.control.clock import Deadline, progressed
 from mambafuzz.judge import blame
 from mambafuzz.cases import Case
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, rejection
@@ -328,6 +328,7 @@ def _judged(fn, m: Materialized, device: str, reps: int, mode: str, amplifiable:
             hazards = [h for h in hazards if h.kind == OUT_OF_BOUNDS]
         verdict.hazards.extend(hazards)
         verdict.reps += 1
+        progressed()
         if rep == 0 and compiled is not None:
             verdict.divergence = divergence_line(m.values_at(compiled))
         if verdict.mismatch is None:  # where it differs, once; after that only whether (no host copies)

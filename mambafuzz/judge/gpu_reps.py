@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from mambafuzz import contracts
-from mambafuzz.control.clock import Deadline
+from mambafuzz.control.clock import Deadline, progressed
 from mambafuzz.judge.materialize import Materialized, Mismatch
 
 DEFAULT_K = 16          # repetitions per captured graph (at most)
@@ -136,6 +136,9 @@ class Drive:
     done: int = 0      # slots launched, from 0 (all of the plan's unless a TimeBox stopped it)
 
 
+QUIET_SECONDS = 10.0  # the longest a batch launched ahead may keep the host waiting on it unpaced
+
+
 class TimeBox:
     """Whether a batch may launch more repetitions: none past the `deadline`'s end.
 
@@ -154,20 +157,23 @@ class TimeBox:
         self.paced: bool | None = None
 
     def allows(self, done: int, total: int) -> bool:
-        """May unit `done` (0-based) of `total` be launched?"""
-        if self.end is None:
-            return True
+        """May unit `done` (0-based) of `total` be launched?  Each unit the device finished is progress
+        (``clock.progressed``: a session's hang check hears of it), so a batch whose rest would keep the
+        host waiting longer than ``QUIET_SECONDS`` is paced too: a slow example is not a silent one."""
         if done == 0:
             self.start = self.clock()
             return True
         if self.paced is None:
             self.sync()
+            progressed()
             now = self.clock()
-            self.paced = now + (now - self.start) / done * (total - done) > self.end
+            rest = (now - self.start) / done * (total - done)
+            self.paced = rest > QUIET_SECONDS or (self.end is not None and now + rest > self.end)
         if not self.paced:
             return True
         self.sync()
-        return self.clock() <= self.end
+        progressed()
+        return self.end is None or self.clock() <= self.end
 
 
 def drive(plan: BatchPlan, try_graph: bool, capture: Callable[[], Any], launch_rep: Callable[[int], None],

@@ -4,7 +4,7 @@ A kernel that faults (an illegal address, a misaligned u64 load) leaves the CUDA
 context broken for every later call; a kernel that hangs stops everything; a
 process can die outright.  So the session runs targets in worker processes and
 watches them.  Each worker announces every case before it runs it; when a
-worker dies, or sends nothing for `hang_timeout` seconds, the case in flight is
+worker dies, or sends nothing for `hang_timeout` seconds (each repetition judged is heard), the case in flight is
 the finding (a Verdict of kind `crash` or `hang`), saved like any other, and a fresh worker
 takes the remaining targets.  With several GPUs one worker runs per GPU (all
 sharing the example database and crashes/); their counts are added up per
@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from mambafuzz import findings, strategies
 from mambafuzz.contracts import case_from_json
-from mambafuzz.control import interrupt
+from mambafuzz.control import clock, interrupt
 from mambafuzz.control.clock import Deadline
 from mambafuzz.control.exits import WORKER_CONTEXT_LOST, WORKER_DONE, WORKER_NO_DEVICE, exit_code
 from mambafuzz.control.mps import bound_memory, memory_share, set_budget
@@ -192,7 +192,7 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
     Each case is announced before it runs and its end after ("idle"): a death between the two is the
     case's crash, a death outside them is not."""
     conn.send(("target", target.name))
-    last = [0.0]
+    last = [0.0, 0.0]  # when progress, and when "alive", was last sent
 
     def before_case(case):
         conn.send(("case", case.to_json()))
@@ -216,6 +216,13 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
         if hooks is not None:
             hooks.found(finding)
 
+    def still_going():  # a repetition judged: a slow example is not a silent one (the parent's hang check)
+        now = time.monotonic()
+        if now - last[1] > 1.0:
+            last[1] = now
+            conn.send(("alive", None))
+
+    clock.on_progress(still_going)
     try:
         report = fuzz_target(target, opts, progress, before_case=before_case, on_finding=on_finding, resume=resume,
                              after_case=after_case)
@@ -224,6 +231,8 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
         detail = write_error(opts, target.name, InternalError(
             f"internal error in mambafuzz: {type(exc).__name__}: {exc}", traceback.format_exc()))
         report = TargetReport(target.name, target.contract, stop="internal-error", detail=detail)
+    finally:
+        clock.on_progress(None)
     conn.send(("report", report.to_json()))
     if hooks is not None:
         hooks.ended(report)
@@ -772,6 +781,8 @@ class Session:
             w.current_case, w.in_case = body, True
         elif kind == "idle":
             w.in_case = False
+        elif kind == "alive":  # a repetition judged mid-case: heard (last_heard), nothing more
+            pass
         elif kind == "found":
             rep = self.reports.get(body["target"])
             if rep is None:

@@ -27,6 +27,13 @@ BAD_TARGETS = textwrap.dedent('''
         while True:
             time.sleep(0.05)
 
+    def sluggish(src_ptrs, dst_ptrs, sizes, *, arena):
+        """Correct, but 1.2 s a call: four repetitions outlast a 3 s hang timeout."""
+        time.sleep(1.2)
+        base = arena.data_ptr()
+        for s, d, n in zip(src_ptrs.tolist(), dst_ptrs.tolist(), sizes.tolist()):
+            arena[d - base:d - base + n] = arena[s - base:s - base + n].clone()
+
     def slow(src_ptrs, dst_ptrs, sizes, *, arena):
         """Correct, but slow enough to be interrupted."""
         time.sleep(0.2)
@@ -62,6 +69,15 @@ def test_faulting_and_hanging_targets_are_findings_and_the_session_goes_on(workd
     assert replay.returncode == 1, replay.stderr
     assert got["badk:crash"]["status"] == "still failing" and "died" in got["badk:crash"]["verdict"]["summary"]
     assert got["badk:hang"]["status"] == "still failing" and "hang" in got["badk:hang"]["verdict"]["summary"]
+
+
+def test_a_slow_example_that_keeps_repeating_is_not_a_hang(workdir):
+    """A hang is no repetition for --hang-timeout, not a long example: each repetition judged is heard."""
+    proc = mf("fuzz", "--target", "badk:sluggish", "--contract", "batch_memcpy", "--reps", "4",
+              "--hang-timeout", "3", "--max-examples", "2", "--min-examples", "1", "--json", cwd=workdir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = json.loads(proc.stdout)["targets"][0]
+    assert row["status"] == "clean" and row["examples"] == 2
 
 
 @pytest.mark.matrix

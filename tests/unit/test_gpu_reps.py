@@ -196,8 +196,26 @@ def test_time_box_leaves_a_batch_that_fits_alone_after_one_sync():
     assert clock.syncs == 1
     d, filled, clock = _boxed(plan, False, per=0.1, end=50.0)
     assert d.done == 100 and clock.syncs == 1
-    d, filled, clock = _boxed(plan, True, per=1.0, end=None)
-    assert d.done == 100 and clock.syncs == 0
+    d, filled, clock = _boxed(plan, True, per=1.0, end=None)  # no deadline: still measured once (8 s left)
+    assert d.done == 100 and clock.syncs == 1
+
+
+def test_time_box_paces_a_slow_batch_so_that_each_unit_is_heard_as_progress():
+    """Without a deadline too: a batch whose rest would keep the host waiting past QUIET_SECONDS is synced
+    unit by unit, and each finished unit reaches ``clock.progressed`` (a session worker's "still going"),
+    so a slow example is not taken for a hang."""
+    from mambafuzz.control import clock as run_clock
+
+    heard = []
+    run_clock.on_progress(lambda: heard.append(1))
+    try:
+        d, filled, clock = _boxed(plan_batches(12, 16), False, per=2.0, end=None)  # 11 x 2 s > 10 s
+    finally:
+        run_clock.on_progress(None)
+    assert d.done == 12 and clock.syncs == 12 and len(heard) == 12  # measured after the first, then each
+    heard.clear()
+    d, filled, clock = _boxed(plan_batches(12, 16), False, per=0.5, end=None)  # 5.5 s: left alone
+    assert d.done == 12 and clock.syncs == 1 and heard == []
 
 
 def test_time_box_stops_a_batch_that_would_overrun_at_its_end():
