@@ -119,7 +119,7 @@ def _add_run_options(p, *, max_examples: int, time_default: float | None):
                    help="on cuda, N helper processes build each target's Triton kernels ahead of its turn "
                         "(auto: the spare cores, at most 8; 0: off)")
     p.add_argument("--hang-timeout", type=_positive(float), default=120.0, metavar="SECONDS",
-                   help="a worker silent this long in one case is a hang finding")
+                   help="a case in which no repetition finishes for this long is a hang finding")
     p.add_argument("--fresh", action="store_true", help="ignore a saved, interrupted session with these options")
     p.add_argument("--observe", type=Path, default=None, metavar="DIR",
                    help="write Hypothesis observability records (JSON lines, what Tyche reads) under DIR")

@@ -490,7 +490,7 @@ class Session:
                     mid_case = w.in_case and w.current_case is not None
                     if mid_case and w.current_target is not None:
                         if hung:
-                            self._fault_finding(w, f"no progress for {self.sopts.hang_timeout:g} s", "hang")
+                            self._fault_finding(w, f"no progress for {self.sopts.hang_timeout:g} s (no repetition finished)", "hang")
                         else:
                             code = w.process.exitcode
                             if code != WORKER_CONTEXT_LOST:  # a CUDA fault: the worker reported it already
