@@ -145,9 +145,9 @@ class TimeBox:
     A batch is launched ahead of the device, so the host's clock says nothing
     about how far the device has got.  After the first unit (a graph replay or
     a repetition) one ``sync()`` measures it; a batch whose remaining units fit
-    before `end` is then left alone (one sync more than before), and only one
-    that would not fit is paced: a sync before every further unit, and none
-    launched past `end`.  (A zoo kernel copying a 2.35 GB slot stride under
+    before `end` (if any) and within ``QUIET_SECONDS`` is then left alone, and
+    only one that would not is paced: a sync before every further unit, each
+    heard as progress (``clock.progressed``), and none launched past `end`.  (A zoo kernel copying a 2.35 GB slot stride under
     warp delays ran one example for two minutes past a 150 s run's end.)
     """
 

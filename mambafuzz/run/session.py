@@ -3,9 +3,10 @@
 A kernel that faults (an illegal address, a misaligned u64 load) leaves the CUDA
 context broken for every later call; a kernel that hangs stops everything; a
 process can die outright.  So the session runs targets in worker processes and
-watches them.  Each worker announces every case before it runs it; when a
-worker dies, or sends nothing for `hang_timeout` seconds (each repetition judged is heard), the case in flight is
-the finding (a Verdict of kind `crash` or `hang`), saved like any other, and a fresh worker
+watches them.  Each worker announces every case before it runs it, and each
+repetition it judges ("alive"); when a worker dies, or sends nothing for
+`hang_timeout` seconds, the case in flight is the finding (a Verdict of kind
+`crash` or `hang`), saved like any other, and a fresh worker
 takes the remaining targets.  With several GPUs one worker runs per GPU (all
 sharing the example database and crashes/); their counts are added up per
 target.  The session's progress is saved after every target, so an interrupted
@@ -192,7 +193,8 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
     Each case is announced before it runs and its end after ("idle"): a death between the two is the
     case's crash, a death outside them is not."""
     conn.send(("target", target.name))
-    last = [0.0, 0.0]  # when progress, and when "alive", was last sent
+    last = [0.0]  # when progress was last sent
+    alive_sent = [0.0]
 
     def before_case(case):
         conn.send(("case", case.to_json()))
@@ -218,8 +220,8 @@ def _worker_turn(conn, target, opts: FuzzOptions, resume: TargetReport | None = 
 
     def still_going():  # a repetition judged: a slow example is not a silent one (the parent's hang check)
         now = time.monotonic()
-        if now - last[1] > 1.0:
-            last[1] = now
+        if now - alive_sent[0] > 1.0:
+            alive_sent[0] = now
             conn.send(("alive", None))
 
     clock.on_progress(still_going)
