@@ -78,6 +78,7 @@ class DeltaPrefill(PrefillContract):
         "state_layout": ("vk", "kv"), "gate": ("head", "per-K"), "beta": ("head", "per-V"), "l2norm": NO_YES,
         "dtype": ("float32", "float16", "bfloat16"), "grouped": NO_YES, "dims": ("K=V", "K!=V"),
         "index": ("1d", "1d-strided", "2d", "2d-strided"), "exact": NO_YES, "past_2gib": NO_YES,
+        "past_2g_elements": NO_YES,
     }
 
     def strategy(self, profile, **options):
@@ -270,6 +271,7 @@ class DeltaPrefill(PrefillContract):
             "l2norm": "yes" if case.l2norm else "no", "dtype": case.dtype, "grouped": "yes" if case.group > 1 else "no",
             "dims": "K=V" if case.key_dim == case.value_dim else "K!=V", "exact": "yes" if case.exact else "no",
             "past_2gib": "yes" if case.exact and case.offset + top * case.slot_stride >= HUGE else "no",
+            "past_2g_elements": "yes" if case.exact and top * (case.slot_stride // case.elem) >= HUGE else "no",
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:

@@ -83,7 +83,7 @@ class SsmPrefill(PrefillContract, SsmPoolContract):
         "pads": ("none", "read", "write"), "dtype": ("float32", "float16", "bfloat16"),
         "io_dtype": ("float32", "float16", "bfloat16"), "block_size": ("none", "1", "2-7", "8-15", ">=16"),
         "mid_chunk": NO_YES, "index": ("1d", "1d-strided", "2d", "2d-strided"), "groups": ("1", "shared", "per-head"),
-        "exact": NO_YES, "softplus": NO_YES, "dt_bias": NO_YES, "past_2gib": NO_YES,
+        "exact": NO_YES, "softplus": NO_YES, "dt_bias": NO_YES, "past_2gib": NO_YES, "past_2g_elements": NO_YES,
     }
 
     def strategy(self, profile, **options):
@@ -220,6 +220,7 @@ class SsmPrefill(PrefillContract, SsmPoolContract):
             "exact": "yes" if case.exact else "no", "softplus": "yes" if case.softplus else "no",
             "dt_bias": "yes" if case.has_dt_bias else "no",
             "past_2gib": "yes" if case.exact and case.offset + top * case.slot_stride >= HUGE else "no",
+            "past_2g_elements": "yes" if case.exact and top * (case.slot_stride // case.elem) >= HUGE else "no",
         }
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:

@@ -14,8 +14,8 @@ value heads, 16-bit states and activations.  Live rows never share a slot.  The 
 (K, V 4..16, up to 34 tokens a row, 4 rows): every program is interpreted.  One case in four is ``exact``
 (values any fp32 order keeps exact: no decay, beta 0 or 1, one-hot keys, no l2norm; the case type's
 docstring): its pool lives in the arena, with slot padding, an offset and, one in ``huge_one_in``, a slot
-the prefill reads or stores past 2^31 elements (16-bit states) or 2 GiB, reached by a slot number (the
-pool sparse in the arena: judging it costs its held slots, not its size).
+the prefill reads or stores past 2^31 elements (mostly a 16-bit state: ``far_dtype``) or 2 GiB, reached by
+a slot number (the pool sparse in the arena: judging it costs its held slots, not its size).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from mambafuzz.cases.delta_prefill import DTYPES, LAYOUTS, DeltaPrefillCase
 
 from .narrow import presence
 from .perturb import maybe_perturb
-from .prefill import block_table, place_far_slot, row_columns, table_columns
+from .prefill import block_table, far_dtype, place_far_slot, row_columns, table_columns
 from .profiles import Profile
 from .updates import arena_pool, far_slot
 
@@ -100,11 +100,12 @@ def delta_prefill_cases(draw, profile: Profile, pad: int = -1, layouts: tuple = 
     exact = draw(st.integers(0, 3)) == 0
     arena, offset, slot_pad = 64, 0, 0
     if exact:  # the pool in the arena; one case in huge_one_in, a slot a live row reads or stores far out
+        far, dtype = far_dtype(draw, lim["huge_one_in"], dtype, DTYPES)
         elem = DTYPES[dtype]
         slot_bytes = heads * group * key_dim * value_dim * elem
         slot_stride, offset = arena_pool(draw, slot_bytes, elem)
         slot_pad = (slot_stride - slot_bytes) // elem
-        top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride, round_up=True)
+        top_slot = far_slot(draw, int(far), elem, offset, slot_stride, round_up=True)
         if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
             slot_count = top_slot + 1
         arena = offset + slot_count * slot_stride + 64

@@ -10,8 +10,8 @@ another; pad rows, pad destinations and empty rows; 1-D tables (strided) and 2-D
 16-bit states and inputs.  Most rows take their columns as vLLM derives them, the rest arbitrary ones
 (keeping ``last - first`` the boundaries crossed).  ``exact`` cases (values any fp32 order keeps exact) keep
 the pool in the arena, with slot padding, an offset and, one in ``huge_one_in``, a slot the prefill reads
-or stores past 2^31 elements (16-bit states) or 2 GiB, reached by a slot number.  Live rows never share a
-slot.
+or stores past 2^31 elements (mostly a 16-bit state: ``far_dtype``) or 2 GiB, reached by a slot number.
+Live rows never share a slot.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from mambafuzz.cases.ssm_prefill import DTYPES, SsmPrefillCase
 
 from .perturb import maybe_perturb
-from .prefill import block_table, place_far_slot, row_columns, table_columns
+from .prefill import block_table, far_dtype, place_far_slot, row_columns, table_columns
 from .profiles import Profile
 from .updates import arena_pool, far_slot
 
@@ -93,12 +93,13 @@ def ssm_prefill_cases(draw, profile: Profile, pad: int = -1, block_multiple: int
     slot_count, idx = block_table(draw, columns, cols, pad, lim["slots"], kinds=SSM_ROW_KINDS,
                                   whole_pad=lambda draw: draw(st.integers(0, 2)) == 0)
 
+    far, dtype = far_dtype(draw, lim["huge_one_in"], dtype, DTYPES) if exact else (False, dtype)
     elem = DTYPES[dtype]
     slot_bytes = heads * headdim * dstate * elem
     slot_stride, offset = slot_bytes, 0
     if exact:
         slot_stride, offset = arena_pool(draw, slot_bytes, elem)
-        top_slot = far_slot(draw, lim["huge_one_in"], elem, offset, slot_stride, round_up=True)
+        top_slot = far_slot(draw, int(far), elem, offset, slot_stride, round_up=True)
         if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
             slot_count = top_slot + 1
     idx_stride = cols + draw(st.sampled_from([0, 0, 1, 3]))
