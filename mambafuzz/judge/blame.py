@@ -38,6 +38,10 @@ _OWN_FILES = (os.path.join(_HERE, "judge", "check.py"),)
 # Helpers a user's adapter calls (pointer views): an error there is the adapter's, not ours.
 _USER_FILES = (os.path.join(_HERE, "adapters.py"),)
 _LIBRARIES = ("triton", "torch", "numpy", "hypothesis")
+# A recorder hook that makes an op on its caller's behalf: (file, function) -> the hook frame that calls
+# it.  An exception out of the op is the caller's (a user's torch call refused by torch), so both frames
+# read as torch's; an exception from the hook's own code is still ours.
+_FORWARDERS = {(os.path.join(_HERE, "racecheck", "allocations.py"), "forward"): "__torch_dispatch__"}
 _ASSERT_FUNCS = {"create_assert": "tl.device_assert", "create_assume": "tl.assume"}
 
 
@@ -66,6 +70,18 @@ def _frame_owner(filename: str) -> str:
     if path.startswith(os.path.dirname(os.__file__) + os.sep) or filename.startswith("<"):
         return "stdlib"
     return "user"
+
+
+def _owners(frames: list[traceback.FrameSummary]) -> list[str]:
+    """Each frame's owner (``_frame_owner``), a forwarded op's frames (``_FORWARDERS``) as torch's."""
+    owners = [_frame_owner(f.filename) for f in frames]
+    for i, f in enumerate(frames):
+        caller = _FORWARDERS.get((os.path.abspath(f.filename), f.name))
+        if caller is not None:
+            owners[i] = "torch"
+            if i and frames[i - 1].name == caller and frames[i - 1].filename == f.filename:
+                owners[i - 1] = "torch"
+    return owners
 
 
 def chain_frames(exc: BaseException) -> list[traceback.FrameSummary]:
@@ -141,7 +157,7 @@ def classify(exc: BaseException) -> Blame:
     root = root_cause(exc)
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     frames = traceback.extract_tb(root.__traceback__)
-    owners = [_frame_owner(f.filename) for f in frames]
+    owners = _owners(frames)
     # where: the last user frame of the whole stack, the kernel's line when a Triton library function
     # it called raised (its frame is in the wrapper's traceback, not the root's)
     stack = chain_frames(exc)

@@ -44,6 +44,12 @@ def allocation_site() -> str:
     return "<unknown>"
 
 
+def forward(func, args, kwargs):
+    """The op as its caller made it, and nothing else: an exception from here is the op's, raised on the
+    caller's behalf (``judge.blame`` reads through this frame and the dispatch frame that calls it)."""
+    return func(*args, **(kwargs or {}))
+
+
 class AllocationTracker(TorchDispatchMode):
     """Register the storage of every CPU tensor a torch op returns with `regions` (a ``Regions``)."""
 
@@ -59,7 +65,7 @@ class AllocationTracker(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        out = forward(func, args, kwargs)
         if self.regions.named:      # a fence was asked for (no union rebuilt here)
             if isinstance(out, torch.Tensor):
                 self._note(out)

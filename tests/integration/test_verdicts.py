@@ -122,6 +122,36 @@ def test_an_error_in_mambafuzz_itself_is_internal(monkeypatch):
     assert "racecheck/events.py" in info.value.traceback
 
 
+@pytest.mark.parametrize("mode", ["race", "compare"])
+def test_a_torch_call_the_users_code_gets_wrong_is_the_users_finding(mode):
+    """Under the race recorder every torch op passes through its allocation hook; torch refusing the
+    user's call (a slot offset that wrapped in int32 made negative) is the user's finding, named at the
+    user's line, not an internal error of the hook it passed through."""
+    def adapter(src_ptrs, dst_ptrs, sizes, *, arena):
+        offset = int(torch.tensor(2 ** 30, dtype=torch.int32) * torch.tensor(2, dtype=torch.int32))
+        torch.as_strided(arena, (4,), (1,), offset)
+
+    v = run_case(adapter, CASE, "cpu", mode=mode)
+    assert v.kind == "exception" and "invalid storage offset" in v.exception, v
+    assert "test_verdicts.py" in v.exception and "torch.as_strided(arena" in v.exception
+
+
+def test_an_error_in_the_recorders_own_allocation_hook_is_internal(monkeypatch):
+    from mambafuzz.racecheck import allocations
+
+    monkeypatch.setattr(allocations, "StorageWeakRef", None)  # the hook now fails in its own code
+
+    def adapter(src_ptrs, dst_ptrs, sizes, *, arena):
+        from mambafuzz.adapters import add_region
+        add_region("arena", arena)          # a fence: the hook now names each new storage
+        torch.empty(64, dtype=torch.uint8)  # where it was made: the broken part
+
+    with pytest.raises(InternalError) as info:
+        run_case(adapter, CASE, "cpu", mode="race")
+    assert "internal error in mambafuzz (allocations.py" in str(info.value), str(info.value)
+    assert "'NoneType' object is not callable" in str(info.value)
+
+
 def test_classify_known_limit_names_the_construct_and_the_first_release():
     """A synthetic traceback shaped like 3.6's: TypeError inside triton, called from a kernel's `range`."""
     exc = None
