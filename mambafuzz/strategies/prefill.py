@@ -1,8 +1,9 @@
 """What the prefill strategies (conv, SSM, delta rule) share: each row's columns (as vLLM derives them from
 the tokens computed before, or arbitrary ones keeping ``last - first`` the boundaries crossed), the block
 table (fresh slots a row, pad rows, pad destinations, unallocated entries) and the far slot placed on an
-entry a correct prefill reads or stores.  The draws are made in the order each strategy made them before
-they were shared, so a seed draws the case it always drew."""
+entry a correct prefill reads or stores, and that pool's dtype.  The draws are made in the order each
+strategy made them before they were shared; ``far_dtype`` added draws to the exact SSM and delta-rule
+cases, so a seed may now draw a different exact case there."""
 from __future__ import annotations
 
 from hypothesis import strategies as st
