@@ -9,7 +9,8 @@ import argparse
 import glob
 import json
 import os
-import statistics
+
+from zoo_runs_summary import run_summary
 
 
 def fuzzes(folder: str) -> list[dict]:
@@ -29,17 +30,13 @@ def fuzzes(folder: str) -> list[dict]:
 
 
 def zoo(path: str) -> dict:
+    """``run_summary`` of one pfzoo run, and every row's verdict."""
     with open(path) as f:
         d = json.load(f)
-    rows = d["targets"]
-    ttf = sorted(r["finding"]["seconds_to_first"] for r in rows if r.get("caught"))
-    return {"exit_code": d["exit_code"], "rows": len(rows), "caught": len(ttf),
-            "median_ttf_s": round(statistics.median(ttf), 2) if ttf else None,
-            "worst_ttf_s": round(max(ttf), 2) if ttf else None,
-            "per_row": [{"target": r["target"], "caught": r["caught"], "status": r["status"],
-                         "kind": (r.get("finding") or {}).get("kind"), "examples": r["examples"],
-                         "seconds_to_first": (r.get("finding") or {}).get("seconds_to_first"),
-                         "why": r.get("why") or ""} for r in rows]}
+    return run_summary(d) | {"per_row": [
+        {"target": r["target"], "caught": r["caught"], "status": r["status"], "kind": (r.get("finding") or {}).get("kind"),
+         "examples": r["examples"], "seconds_to_first": (r.get("finding") or {}).get("seconds_to_first"),
+         "why": r.get("why") or ""} for r in d["targets"]]}
 
 
 def main() -> int:

@@ -12,6 +12,19 @@ import re
 import statistics
 
 
+def run_summary(d: dict) -> dict:
+    """One ``zoo --json`` document: its exit code, rows, rows caught, the median and worst seconds to the
+    first failure over the rows caught, and each row not caught with why."""
+    rows = d["targets"]
+    ttf = sorted(r["finding"]["seconds_to_first"] for r in rows if r.get("caught"))
+    return {"exit_code": d["exit_code"], "rows": len(rows), "caught": len(ttf),
+            "median_ttf_s": round(statistics.median(ttf), 2) if ttf else None,
+            "worst_ttf_s": round(max(ttf), 2) if ttf else None,
+            "not_caught": [{"target": r["target"], "status": r["status"], "why": r.get("why") or "",
+                            "kind": ((r.get("finding") or {}).get("verdict") or {}).get("kind")}
+                           for r in rows if not r.get("caught")]}
+
+
 def summary(folder: str, time: int, commit: str) -> dict:
     runs = []
     for path in sorted(glob.glob(os.path.join(folder, f"zoo_gpu_amp{time}_seed*.json"))):
@@ -22,14 +35,7 @@ def summary(folder: str, time: int, commit: str) -> dict:
         except (OSError, ValueError) as exc:  # a run cut off before its document: said, not skipped
             runs.append({"file": os.path.basename(path), "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        rows = d["targets"]
-        ttf = sorted(r["finding"]["seconds_to_first"] for r in rows if r.get("caught"))
-        runs.append({"file": os.path.basename(path), "seed": seed, "exit_code": d["exit_code"], "rows": len(rows),
-                     "caught": len(ttf), "median_ttf_s": round(statistics.median(ttf), 2) if ttf else None,
-                     "worst_ttf_s": round(max(ttf), 2) if ttf else None,
-                     "not_caught": [{"target": r["target"], "status": r["status"], "why": r.get("why") or "",
-                                     "kind": ((r.get("finding") or {}).get("verdict") or {}).get("kind")}
-                                    for r in rows if not r.get("caught")]})
+        runs.append({"file": os.path.basename(path), "seed": seed} | run_summary(d))
     ok = [r for r in runs if r.get("median_ttf_s") is not None]
     return {"commit": commit, "time": time, "runs": runs,
             "every_run_caught_every_row": bool(runs) and all(r.get("caught") == r.get("rows") for r in runs),
