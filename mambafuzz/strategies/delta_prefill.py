@@ -27,7 +27,7 @@ from .narrow import presence
 from .perturb import maybe_perturb
 from .prefill import block_table, far_dtype, place_far_slot, row_columns, table_columns
 from .profiles import Profile
-from .updates import arena_pool, far_slot
+from .updates import arena_pool, far_slot_number
 
 EDGES = (16, 32, 64)  # chunk edges engines use (FLA: 64; the project's kernel: 16)
 
@@ -105,7 +105,7 @@ def delta_prefill_cases(draw, profile: Profile, pad: int = -1, layouts: tuple = 
         slot_bytes = heads * group * key_dim * value_dim * elem
         slot_stride, offset = arena_pool(draw, slot_bytes, elem)
         slot_pad = (slot_stride - slot_bytes) // elem
-        top_slot = far_slot(draw, int(far), elem, offset, slot_stride, round_up=True)
+        top_slot = far_slot_number(draw, elem, offset, slot_stride, round_up=True) if far else None
         if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
             slot_count = top_slot + 1
         arena = offset + slot_count * slot_stride + 64

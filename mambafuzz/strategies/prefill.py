@@ -73,11 +73,11 @@ def block_table(draw, columns, cols: int, pad: int, most_slots: int, kinds=ROW_K
 
 
 def far_dtype(draw, one_in: int, dtype: str, sizes: dict[str, int]) -> tuple[bool, str]:
-    """Whether an exact case gets a far slot (one in `one_in`; 0: never), and its state dtype (`sizes`: bytes
-    an element).  A far case with 4-byte elements becomes a 2-byte one two times in three: the sparse
-    arena (8 GiB) reaches 2^31 elements, where a kernel's 32-bit ``slot * stride`` wraps, only in 2-byte
-    elements, and a 4-byte pool reaches only 2 GiB of bytes.  The 2-byte ones come first: what Hypothesis
-    draws most often and shrinks to."""
+    """Whether an exact case gets a far slot (one in `one_in`; 0: never; ``updates.far_slot_number`` draws
+    it), and its state dtype (`sizes`: bytes an element).  A far case with 4-byte elements becomes a 2-byte
+    one two times in three: the sparse arena (8 GiB) reaches 2^31 elements, where a kernel's 32-bit
+    ``slot * stride`` wraps, only in 2-byte elements, and a 4-byte pool reaches only 2 GiB of bytes.  The
+    2-byte ones come first: what Hypothesis draws most often and shrinks to."""
     far = bool(one_in) and draw(st.integers(0, one_in - 1)) == 0
     if far and sizes[dtype] > 2:
         dtype = draw(st.sampled_from([d for d, size in sizes.items() if size == 2] + [dtype]))

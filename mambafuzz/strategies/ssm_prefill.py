@@ -22,7 +22,7 @@ from mambafuzz.cases.ssm_prefill import DTYPES, SsmPrefillCase
 from .perturb import maybe_perturb
 from .prefill import block_table, far_dtype, place_far_slot, row_columns, table_columns
 from .profiles import Profile
-from .updates import arena_pool, far_slot
+from .updates import arena_pool, far_slot_number
 
 EXACT_TOKENS = 96  # an exact row's |state| stays under 4 + L / 2 in quarters: 8 significant bits
 SSM_ROW_KINDS = ("live", "live", "live", "pad", "pad", "pad_dst", "spare_pad")  # pad rows twice as often
@@ -99,7 +99,7 @@ def ssm_prefill_cases(draw, profile: Profile, pad: int = -1, block_multiple: int
     slot_stride, offset = slot_bytes, 0
     if exact:
         slot_stride, offset = arena_pool(draw, slot_bytes, elem)
-        top_slot = far_slot(draw, int(far), elem, offset, slot_stride, round_up=True)
+        top_slot = far_slot_number(draw, elem, offset, slot_stride, round_up=True) if far else None
         if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
             slot_count = top_slot + 1
     idx_stride = cols + draw(st.sampled_from([0, 0, 1, 3]))

@@ -17,12 +17,17 @@ def arena_pool(draw, slot_bytes: int, elem: int) -> tuple[int, int]:
 
 
 def far_slot(draw, one_in: int, elem: int, offset: int, slot_stride: int, round_up: bool = False) -> int | None:
-    """One case in `one_in` (0: none; else None), a slot of a pool at byte `offset`, slots `slot_stride` bytes apart, past 2^31 elements where the
+    """One case in `one_in` (0: none; else None), ``far_slot_number``'s slot."""
+    if not one_in or draw(st.integers(0, one_in - 1)) != 0:
+        return None
+    return far_slot_number(draw, elem, offset, slot_stride, round_up)
+
+
+def far_slot_number(draw, elem: int, offset: int, slot_stride: int, round_up: bool = False) -> int:
+    """A slot of a pool at byte `offset`, slots `slot_stride` bytes apart, past 2^31 elements where the
     sparse arena allows (a kernel's 32-bit slot * stride is in elements), else past 2 GiB of bytes (a byte
     offset in 32 bits): the last slot before the boundary and up to 3 after, or (`round_up`) the first past
     it and up to 2 after (a slot that stops short of it overflows nothing)."""
-    if not one_in or draw(st.integers(0, one_in - 1)) != 0:
-        return None
     reach = HUGE * elem if HUGE * elem + slot_stride * 4 < MAX_SPARSE else HUGE
     if (reach - offset) // slot_stride + 4 >= HUGE - 1:  # slot numbers are int32 too
         reach = HUGE
