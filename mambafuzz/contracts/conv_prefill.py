@@ -29,7 +29,7 @@ from mambafuzz.cases.pools import MAX_SPARSE_ARENA
 from mambafuzz.oracle.conv_prefill import conv_prefill_tolerance, expect_conv_prefill, plan_conv_prefill
 
 from .base import Argument, CliOption, Image, Output, Prepared
-from .features import COUNTS, HUGE, NO_YES, joined
+from .features import COUNTS, NO_YES, joined
 from .prefill import BLOCK_SIZE, PrefillContract, column_arguments
 from .updates import (UPDATE_CLI_OPTIONS, ConvPoolContract, check_slot_pool, extras_off, one_of, pad_option,
                       stored_tensor, unchanged_inputs)
@@ -172,15 +172,12 @@ class ConvPrefill(PrefillContract, ConvPoolContract):
         out = {name: joined(labels or ["none"], self.buckets[name]) for name, labels in seen.items()}
         near = any(offsets and offsets[0] < w1 for *_, offsets, _ in live)
         stored = case.apc and any(row[cols[0]] in [row[c] for c in stores] for _, row, _, cols, _, stores in live)
-        top = max((v for row in case.idx for v in row if v != case.pad), default=0)
         return out | self.table_features(case) | {
             "near_boundary": "yes" if near else "no", "init_stored": "yes" if stored else "no",
             "conv_layout": case.layout, "width": str(case.width), "dtype": case.dtype,
             "block_size": self.block_size_feature(case),
             "slot_padding": "yes" if case.slot_stride > case.slot_bytes else "no",
-            "past_2gib": "yes" if case.offset + top * case.slot_stride >= HUGE else "no",
-            "past_2g_elements": "yes" if top * (case.slot_stride // case.elem) >= HUGE else "no",
-        }
+        } | self.far_features(case, live)
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
         out = self.expected_rows()

@@ -32,7 +32,7 @@ from mambafuzz.oracle.delta_prefill import expect_delta_prefill, plan_delta_pref
 from .base import Argument, Image, Output, Prepared, host_array
 from .conv_prefill import CLI_OPTIONS as CONV_PREFILL_OPTIONS
 from .delta_update import GATE, STATE_LAYOUT, TOKEN_ARGUMENTS, TOKEN_OPTIONS
-from .features import COUNTS, HUGE, NO_YES, joined
+from .features import COUNTS, NO_YES, joined
 from .prefill import BLOCK_SIZE, PrefillContract, column_arguments
 from .updates import (UPDATE_CLI_OPTIONS, allowed, as_stored, as_tensors, check_slot_pool, exact_or_seeded_pool,
                       extras_off, from_float64, one_of, oracle_input, pad_option, presence_buckets, slot_values,
@@ -261,7 +261,6 @@ class DeltaPrefill(PrefillContract):
         seen["init_vs_last"] = ["same" if init == last else "differ"
                                 for _, _, _, (init, _, last), _, _ in live] if case.apc else []
         at_edge = any(o % 16 in (0, 1, 15) for *_, offsets, _ in live for o in offsets)
-        top = max((v for row in case.idx for v in row if v != case.pad), default=0)
         ends_on = case.apc and any((case.computed[n] + length) % case.block_size == 0 for n, _, length, *_ in live)
         out = {name: joined(labels or ["none"], self.buckets[name]) for name, labels in seen.items()}
         return out | self.table_features(case) | {
@@ -270,9 +269,7 @@ class DeltaPrefill(PrefillContract):
             "gate": "per-K" if case.kda else "head", "beta": "per-V" if case.beta_per_v else "head",
             "l2norm": "yes" if case.l2norm else "no", "dtype": case.dtype, "grouped": "yes" if case.group > 1 else "no",
             "dims": "K=V" if case.key_dim == case.value_dim else "K!=V", "exact": "yes" if case.exact else "no",
-            "past_2gib": "yes" if case.exact and case.offset + top * case.slot_stride >= HUGE else "no",
-            "past_2g_elements": "yes" if case.exact and top * (case.slot_stride // case.elem) >= HUGE else "no",
-        }
+        } | self.far_features(case, live, case.exact)
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
         n = self._expected_narrowing(options)

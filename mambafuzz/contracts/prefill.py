@@ -17,7 +17,7 @@ from mambafuzz import oracle
 from mambafuzz.oracle.conv_prefill import boundary_offsets, derived_columns
 
 from .base import Argument
-from .features import COUNT_EDGES, bucket
+from .features import COUNT_EDGES, HUGE, bucket
 from .updates import UpdateContract, int_tensor, rows_dropped, table_tensor
 
 APC_COLUMNS = ("init", "first", "last", "computed")
@@ -184,6 +184,17 @@ class PrefillContract(UpdateContract):
                                        else "arbitrary")
             live.append((b, row, length, (init, first, last), offsets, stores))
         return seen, live
+
+    @staticmethod
+    def far_features(case, live, exact: bool = True) -> dict[str, str]:
+        """Past 2 GiB of bytes, past 2^31 elements: over the slots a correct prefill reads (a live row's
+        initial entry, with an initial state) or stores (its destinations that are not the pad), from
+        ``row_features``' live rows.  A far slot in the table that nothing touches exercises no offset."""
+        touched = [row[init] for b, row, _, (init, _, _), _, _ in live if case.has_init[b]]
+        touched += [row[c] for _, row, *_, stores in live for c in stores if row[c] != case.pad]
+        top = max(touched, default=0)
+        return {"past_2gib": "yes" if exact and case.offset + top * case.slot_stride >= HUGE else "no",
+                "past_2g_elements": "yes" if exact and top * (case.slot_stride // case.elem) >= HUGE else "no"}
 
     def table_features(self, case) -> dict[str, str]:
         """The batch's rows, prefix caching and table shape."""

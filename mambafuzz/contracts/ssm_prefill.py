@@ -29,7 +29,7 @@ from mambafuzz.cases.ssm_prefill import SsmPrefillCase
 from mambafuzz.oracle.ssm_prefill import expect_ssm_prefill, plan_ssm_prefill
 
 from .base import Argument, CliOption, Image, Output, Prepared, host_array
-from .features import COUNTS, HUGE, NO_YES, joined
+from .features import COUNTS, NO_YES, joined
 from .prefill import BLOCK_SIZE, PrefillContract, column_arguments
 from .updates import (DRAWN, PAD, PRESENCE, SsmPoolContract, allowed, as_stored, as_tensors, exact_or_seeded_pool,
                       extras_off, finite_values, from_float64, one_of, oracle_input, pad_option, padded_rows,
@@ -211,7 +211,6 @@ class SsmPrefill(PrefillContract, SsmPoolContract):
                                 for _, row, _, (init, _, last), _, _ in live] if case.apc else []
         starts = np.concatenate([[0], np.cumsum(case.lens)]).astype(np.int64)
         mid = any(starts[b] % 16 != 0 and case.has_init[b] for b, *_ in live)
-        top = max((v for row in case.idx for v in row if v != case.pad), default=0)
         out = {name: joined(labels or ["none"], self.buckets[name]) for name, labels in seen.items()}
         return out | self.table_features(case) | {
             "dtype": case.dtype, "io_dtype": case.io_dtype, "block_size": self.block_size_feature(case),
@@ -219,9 +218,7 @@ class SsmPrefill(PrefillContract, SsmPoolContract):
             "groups": "1" if case.groups == 1 else "per-head" if case.groups == case.heads else "shared",
             "exact": "yes" if case.exact else "no", "softplus": "yes" if case.softplus else "no",
             "dt_bias": "yes" if case.has_dt_bias else "no",
-            "past_2gib": "yes" if case.exact and case.offset + top * case.slot_stride >= HUGE else "no",
-            "past_2g_elements": "yes" if case.exact and top * (case.slot_stride // case.elem) >= HUGE else "no",
-        }
+        } | self.far_features(case, live, case.exact)
 
     def expected_features(self, options) -> dict[str, tuple[str, ...]]:
         n = self._expected_narrowing(options)

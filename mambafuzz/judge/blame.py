@@ -187,7 +187,8 @@ def classify(exc: BaseException) -> Blame:
                 return Blame(INTERPRETER, f"Triton {version}'s interpreter cannot run {construct} "
                                           f"({where}); {advice}: inconclusive, not a finding", where, text)
         at = f" (at {where})" if where else ""
-        return Blame(INTERPRETER, f"Triton {version}'s interpreter failed running the kernel: {what}{at}: "
+        runner = "'s interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else " (compiled)"
+        return Blame(INTERPRETER, f"Triton {version}{runner} failed running the kernel: {what}{at}: "
                                   f"inconclusive, not a finding", where, text)
     if decider == "mambafuzz" or decider is None:
         inner = frames[-1] if frames else None

@@ -29,7 +29,7 @@ from mambafuzz.control.clock import Deadline, progressed
 from mambafuzz.judge import blame
 from mambafuzz.cases import Case
 from mambafuzz.errors import CaseError, Inconclusive, InternalError, Rejected, rejection
-from mambafuzz.judge.materialize import Materialized, Mismatch, materialize
+from mambafuzz.judge.materialize import Materialized, Mismatch, cuda_fault, materialize
 from mambafuzz.judge.stats import rate_upper_bound
 
 MODES = ("compare", "race")
@@ -164,18 +164,13 @@ class Verdict:
         return verdict
 
 
-def _is_cuda_fault(exc: BaseException) -> bool:
-    text = str(exc)
-    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "illegal memory access" in text
-
-
 def _judge_exception(verdict: Verdict, exc: Exception, device: str) -> None:
     """Record a target's exception on `verdict`, or raise Inconclusive / InternalError."""
     cause = blame.root_cause(exc)
     hazard = getattr(cause, "hazard", None)
     if hazard is not None:  # the recorder's bounds fence stopped a wild access
         verdict.hazards.append(hazard)
-    elif device == "cuda" and _is_cuda_fault(cause):
+    elif device == "cuda" and cuda_fault(cause):
         verdict.fault = f"{type(cause).__name__}: {cause}"
     else:
         who = blame.classify(exc)
@@ -269,7 +264,7 @@ def run_case(fn, case: Case, device: str, *, reps: int = 1, mode: str = "compare
             # GPU's first worker, with half the memory, draws such cases too
             raise Rejected(f"too big for this worker's share of the GPU memory "
                            f"({float(os.environ[mps.SHARE_ENV]):.0%})") from exc
-        if device == "cuda" and _is_cuda_fault(exc) and mps.under_mps():
+        if device == "cuda" and cuda_fault(exc) and mps.under_mps():
             # under MPS a neighbour's fault reaches every client of the GPU, here too: a fault, which the
             # session replays alone before it counts (run.confirm), never mambafuzz's own error
             return Verdict(reps=1, failures=1, mode=mode, fault=f"{type(exc).__name__}: {exc} (on a GPU shared "

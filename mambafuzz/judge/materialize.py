@@ -331,6 +331,14 @@ def over_budget(limit: int) -> str:
     return f"over this worker's memory budget ({size})"
 
 
+def cuda_fault(exc: BaseException) -> bool:
+    """A CUDA error as torch raises it (AcceleratorError, "CUDA error: ...") or as a compiled Triton
+    kernel's launch does ("Triton Error [CUDA]: ...", the next launch after a faulting one)."""
+    text = str(exc)
+    return (type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "Triton Error [CUDA]" in text
+            or "illegal memory access" in text)
+
+
 def gpu_out_of_memory(exc: BaseException) -> bool:
     """torch's OutOfMemoryError, or a CUDA call's ``cudaErrorMemoryAllocation`` (an AcceleratorError: an
     allocation outside torch's caching allocator, as an H100 shared by three runs raised building a case)."""
@@ -396,6 +404,8 @@ def materialize(case: Case, device: str) -> Materialized:
             torch.cuda.empty_cache()
             raise OverBudget("the GPU ran out of memory building it (what other processes on it hold "
                              "counts too)") from None
+        if device != "cpu" and cuda_fault(exc) and mps.under_mps():  # a neighbour's fault: run_case's to judge
+            raise
         raise InternalError.of("preparing the case (the oracle or the contract's case builder)", exc) from exc
     return Materialized(case, device, arena, snapshot, prepared.expected, prepared.args, prepared.kwargs,
                         outputs=prepared.outputs,

@@ -98,6 +98,7 @@ def delta_prefill_cases(draw, profile: Profile, pad: int = -1, layouts: tuple = 
     layout, heads, group = (draw(st.sampled_from(tuple(layouts))), draw(st.integers(1, lim["heads"])),
                             draw(st.integers(1, lim["group"])))
     exact = draw(st.integers(0, 3)) == 0
+    final = draw(st.integers(0, 5)) > 0
     arena, offset, slot_pad = 64, 0, 0
     if exact:  # the pool in the arena; one case in huge_one_in, a slot a live row reads or stores far out
         far, dtype = far_dtype(draw, lim["huge_one_in"], dtype, DTYPES)
@@ -106,7 +107,7 @@ def delta_prefill_cases(draw, profile: Profile, pad: int = -1, layouts: tuple = 
         slot_stride, offset = arena_pool(draw, slot_bytes, elem)
         slot_pad = (slot_stride - slot_bytes) // elem
         top_slot = far_slot_number(draw, elem, offset, slot_stride, round_up=True) if far else None
-        if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot):
+        if top_slot is not None and place_far_slot(draw, idx, columns, geometry, has_init, pad, bs, top_slot, final):
             slot_count = top_slot + 1
         arena = offset + slot_count * slot_stride + 64
     return DeltaPrefillCase(
@@ -118,4 +119,4 @@ def delta_prefill_cases(draw, profile: Profile, pad: int = -1, layouts: tuple = 
         apc=apc, block_size=bs or 0, init=inits if apc else None, first=firsts if apc else None,
         last=lasts if apc else None, computed=tuple(c for c, _ in geometry) if apc else None, pad=pad,
         kda=presence(draw, kda), beta_per_v=draw(st.booleans()), l2norm=not exact and draw(st.booleans()),
-        final=draw(st.integers(0, 5)) > 0, exact=exact, offset=offset, slot_pad=slot_pad, seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))
+        final=final, exact=exact, offset=offset, slot_pad=slot_pad, seed=draw(st.integers(0, 3)), perturb=maybe_perturb(draw, profile))

@@ -117,6 +117,36 @@ def test_a_cuda_fault_outside_the_target_under_mps_is_a_fault_else_ours(monkeypa
         engine.run_case(None, None, "cuda")
 
 
+def test_a_neighbours_fault_while_the_case_is_built_under_mps_is_a_fault_else_ours(monkeypatch):
+    """The real case builder: under MPS a neighbour's fault surfaces at the next CUDA call, often while
+    this worker builds its case; that is the session's to replay alone, not an internal error."""
+    from hypothesis import find
+
+    import mambafuzz.judge.materialize as materialize
+    from mambafuzz import contracts
+
+    case = find(contracts.strategy("batch_memcpy"), lambda c: True)
+
+    def poisoned(*args):
+        raise AcceleratorError("CUDA error: unspecified launch failure")
+
+    monkeypatch.setattr(materialize, "fill_bytes", poisoned)
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/some-mps-pipe")
+    verdict = engine.run_case(None, case, "cuda")
+    assert verdict.kind == "fault" and "unspecified launch failure" in verdict.fault
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY")
+    with pytest.raises(InternalError, match="preparing the case"):
+        engine.run_case(None, case, "cuda")
+
+
+def test_a_compiled_triton_launch_that_reports_a_cuda_error_is_a_fault():
+    """Triton's launcher raises a CUDA error as RuntimeError("Triton Error [CUDA]: ..."), at the launch
+    after the faulting one: on a GPU a fault, not an interpreter's failure (inconclusive)."""
+    verdict = engine.Verdict(reps=0, failures=0, mode="compare")
+    engine._judge_exception(verdict, RuntimeError("Triton Error [CUDA]: unspecified launch failure"), "cuda")
+    assert verdict.kind == "fault" and "Triton Error [CUDA]" in verdict.fault and verdict.failures == 1
+
+
 def test_the_replay_alone_has_no_mps_pipe_no_share_and_its_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/p")
     monkeypatch.setenv("CUDA_MPS_LOG_DIRECTORY", "/l")
