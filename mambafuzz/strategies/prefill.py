@@ -88,23 +88,18 @@ def place_far_slot(draw, idx, columns, geometry, has_init, pad: int, bs: int | N
                     final: bool = True) -> bool:
     """Renumber one slot a correct prefill reads or stores (a live row's initial entry when it has an initial
     state, its boundary destinations, its final one when the case stores a final state: `final`) to
-    `top_slot`, in place; False where no row has one.  A stored slot two times in three where there is one:
-    a wrong store offset leaves the slot's old bytes, which a compare sees whatever lies at the wrong
-    address, while a wrong read of mapped memory on a GPU shows only through what the state feeds."""
-    reads, stores = [], []
+    `top_slot`, in place; False where no row has one.  A far slot nothing touches checks no offset."""
+    live = []
     for b, ((init, first, last), (c, length)) in enumerate(zip(columns, geometry)):
         if idx[b][init] == pad or length == 0:
             continue
         if has_init[b]:
-            reads.append((b, init))
+            live.append((b, init))
         n = crossed(c, length, bs) if bs is not None else 0
-        stores += [(b, col) for col in [first + k for k in range(n)] + ([last] if final else [])
-                   if idx[b][col] != pad]
-    reads, stores = sorted(set(reads)), sorted(set(stores))
-    if not reads and not stores:
+        live += [(b, col) for col in [first + k for k in range(n)] + ([last] if final else []) if idx[b][col] != pad]
+    if not live:
         return False
-    live = stores if stores and (not reads or draw(st.integers(0, 2)) > 0) else reads
-    b, col = draw(st.sampled_from(live))
+    b, col = draw(st.sampled_from(sorted(set(live))))
     keep = idx[b][col]
     idx[b] = [top_slot if v == keep else v for v in idx[b]]
     return True

@@ -163,28 +163,23 @@ def test_most_far_prefill_slots_are_past_2_31_elements(contract, profile):
 
 
 @pytest.mark.parametrize("contract", ["conv_prefill", "ssm_prefill", "delta_prefill"])
-def test_a_far_prefill_slot_is_one_the_prefill_reads_or_stores_mostly_stores(contract):
+def test_a_far_prefill_slot_is_one_the_prefill_reads_or_stores(contract):
     """The far slot goes on an entry a correct prefill reads or stores, never one it skips (a final
-    destination where no final state is asked for), and on a store two times in three where there is one:
-    a wrong store offset leaves the slot's old bytes whatever lies at the wrong address, while on a GPU a
-    wrong read of mapped memory shows only through what the state feeds.  (The H100's amplified zoo
-    missed DP-I32 over 10 such cases when the far slot could be a skipped final destination.)"""
-    spec, far, stored = contracts.get(contract), [], 0
+    destination where no final state is asked for).  (With the final destination always a candidate, 36 of
+    87 far delta_prefill draws touched no far slot, and the H100's amplified zoo missed DP-I32.)"""
+    spec, far = contracts.get(contract), []
 
     @settings(max_examples=300, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(contracts.strategy(contract, profile=strategies.PROFILES["gpu-amp"]))
     def collect(case):
-        nonlocal stored
         top = max((v for row in case.idx for v in row if v != case.pad), default=0)
         if getattr(case, "exact", True) and case.offset + top * case.slot_stride >= HUGE:
             _, live = spec.row_features(case, lambda n: "")
             far.append(spec.far_features(case, live)["past_2gib"])
-            stored += any(row[c] == top for _, row, *_, stores in live for c in stores)
 
     collect()
     assert len(far) >= 10 and far.count("no") == 0, far
-    assert stored >= len(far) // 2, (stored, len(far))
 
 
 def test_every_ill_posed_batch_is_one_the_contract_refuses():
