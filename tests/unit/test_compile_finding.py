@@ -100,3 +100,18 @@ def test_the_gpu_adapter_runs_clean_in_the_interpreter():
     assert not verdict.failed, verdict.summary()
     left = BatchCopyCase(arena_size=1024, copies=((300, 44, 600),), seed=2)   # dst < src, overlapping
     assert not run_case(compile_check.widened_count_launch, left, "cpu", mode="race").failed
+
+
+@pytest.mark.parametrize("interpret, says", [("1", "Triton {}'s interpreter failed"),
+                                             ("0", "Triton {} (compiled) failed")])
+def test_a_failure_inside_triton_names_the_interpreter_only_when_one_runs(monkeypatch, interpret, says):
+    """Where Triton's own code raises (here `triton.cdiv` on a string), the inconclusive line names the
+    interpreter only under TRITON_INTERPRET=1: on a GPU box nothing is interpreted."""
+    import triton
+
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    try:
+        triton.cdiv("a", 2)
+    except TypeError as exc:
+        who = blame.classify(exc)
+    assert who.who == blame.INTERPRETER and who.message.startswith(says.format(triton.__version__)), who.message
