@@ -1,5 +1,5 @@
 """Helpers shared by the contract benches (the update and prefill judge and oracle benches): the commit a
-result names, the oracle moved to the host as a baseline arm, one example timed as the engine judges it,
+result names, the device selected before any kernel import, the oracle moved to the host as a baseline arm, one example timed as the engine judges it,
 and the CPU zoo run of a contract's rows.
 
 Nothing here imports torch or the contracts at import time: a bench selects its device first.
@@ -20,6 +20,18 @@ def commit() -> str:
     """``MF_COMMIT`` (a GPU box's copy has no git), else the checkout's short HEAD."""
     return os.environ.get("MF_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                                                          capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+
+def on_device(device: str):
+    """Select `device` (before anything imports a kernel), then torch, a synchronise for timing (nothing to
+    wait for on the CPU) and the device's name, as a bench's header says it."""
+    from mambafuzz.control import device as run_device
+
+    run_device.select(device)
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    return torch, sync, torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
 
 
 def host_arm(*modules):

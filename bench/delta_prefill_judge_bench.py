@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _contract_bench import OracleTimer, commit as head, measure  # noqa: E402
+from _contract_bench import OracleTimer, commit as head, measure, on_device  # noqa: E402
 
 SHAPES = [  # (sequences, tokens each, H, HV, K = V, kda, prefix caching)
     (16, 128, 4, 8, 128, False, True), (16, 128, 4, 8, 128, True, True), (16, 128, 4, 8, 128, False, False),
@@ -50,19 +50,14 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    from mambafuzz.control import device as run_device
-
-    run_device.select(args.device)
-    import torch
+    torch, sync, name = on_device(args.device)
 
     from mambafuzz.contracts import delta_prefill
     from mambafuzz.kernels import registry
 
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     timer = OracleTimer(delta_prefill, "expect_delta_prefill", sync)
     fn = registry.get("triton.delta_prefill" if args.device == "cuda" else "torch.delta_prefill").fn
     commit = head()
-    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"delta_prefill judge ({name}, torch {torch.__version__}, python {platform.python_version()}, "
           f"commit {commit}, {args.reps} reps)")
     print("| shape | materialize ms | of which the oracle | compare ms | kernel ms | example ms |")

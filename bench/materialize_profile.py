@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _contract_bench import commit as head  # noqa: E402
+from _contract_bench import commit as head, on_device  # noqa: E402
 
 
 def main() -> int:
@@ -32,20 +32,15 @@ def main() -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    from mambafuzz.control import device as run_device
-
-    run_device.select(args.device)
-    import torch
+    torch, sync, name = on_device(args.device)
 
     import delta_prefill_judge_bench as delta
     import ssm_prefill_judge_bench as ssm
     from mambafuzz.judge.materialize import materialize
     from ssm_prefill_tolerance import make_case
 
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     groups = {"ssm_prefill": [make_case(*shape) for shape in ssm.SHAPES],
               "delta_prefill": [delta.case_for(*shape) for shape in delta.SHAPES]}
-    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     report = {"what": __doc__.splitlines()[0], "device": name, "torch": torch.__version__,
               "python": platform.python_version(), "commit": head(), "runs": args.runs, "contracts": {}}
     for contract, cases in groups.items():

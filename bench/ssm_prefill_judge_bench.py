@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _contract_bench import OracleTimer, commit as head, host_arm, measure  # noqa: E402
+from _contract_bench import OracleTimer, commit as head, host_arm, measure, on_device  # noqa: E402
 
 SHAPES = [  # rows, tokens a row (about: rows start mid-chunk), heads, headdim, dstate, state, io, block size
     (16, 128, 8, 64, 128, "float32", "bfloat16", 64),     # 16 requests, about 2048 tokens
@@ -38,22 +38,17 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    from mambafuzz.control import device as run_device
-
-    run_device.select(args.device)
-    import torch
+    torch, sync, name = on_device(args.device)
 
     from mambafuzz.kernels import registry
     from ssm_prefill_tolerance import make_case
 
     from mambafuzz.contracts import ssm_prefill
 
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     switch = host_arm(ssm_prefill)
     timer = OracleTimer(ssm_prefill, "expect_ssm_prefill", sync)
     kind = "triton" if args.device == "cuda" else "torch"
     commit = head()
-    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"ssm_prefill judge: oracle on the device vs on the host ({name}, torch {torch.__version__}, "
           f"python {platform.python_version()}, commit {commit}, {args.reps} reps)")
     print("| shape | tokens | arm | judge ms | oracle ms | kernel ms | example ms |")

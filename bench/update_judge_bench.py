@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _contract_bench import commit as head, host_arm, measure  # noqa: E402
+from _contract_bench import commit as head, host_arm, measure, on_device  # noqa: E402
 
 SSM = [  # (rows, heads, dim, dstate, tokens per row, spec)
     (256, 4, 64, 128, 4, True), (256, 8, 64, 64, 1, False), (256, 2, 64, 128, 2, True),
@@ -67,20 +67,15 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    from mambafuzz.control import device as run_device
-
-    run_device.select(args.device)
-    import torch
+    torch, sync, name = on_device(args.device)
 
     from mambafuzz.kernels import registry
 
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     from mambafuzz.contracts import delta_update, ssm_update
 
     switch = host_arm(ssm_update, delta_update)
     kind = "triton" if args.device == "cuda" else "torch"
     commit = head()
-    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"update judge: oracle on the device vs on the host ({name}, torch {torch.__version__}, "
           f"python {platform.python_version()}, commit {commit}, {args.reps} reps)")
     print("| contract | shape | arm | judge ms | kernel ms | example ms |")
